@@ -1,0 +1,256 @@
+"""MiniMind configuration covering both upstream architecture generations.
+
+MiniMind (jingyaogong/minimind) shipped two incompatible model definitions under the same
+`model_type="minimind"`:
+
+* ``"minimind2"`` (2025, upstream commit fea69cf): Llama-shaped; MoE with a softmax gate, top-2,
+  shared experts and a sequence-level auxiliary loss (``aux_loss_alpha``, ``seq_aux``).
+* ``"minimind3"`` (2026): Qwen3-shaped; per-head q/k RMSNorm, explicit ``head_dim``, MoE with top-1
+  routing, no shared expert and ``router_aux_loss_coef``.
+
+One config class describes both; ``minimind_generation`` selects the generation and every
+generation-dependent default (norm eps, MLP width, MoE routing) follows upstream for that generation.
+Upstream keyword names of either generation are accepted (``n_routed_experts`` and ``aux_loss_alpha``
+are MiniMind2's names for ``num_experts`` and ``router_aux_loss_coef``).
+
+This file must stay importable on its own (no ``minimind_trl`` imports): ``save_pretrained`` copies
+it next to the weights for users who load with ``trust_remote_code=True`` without this package.
+"""
+
+import math
+
+from transformers import PretrainedConfig
+
+MINIMIND2 = "minimind2"
+MINIMIND3 = "minimind3"
+GENERATIONS = (MINIMIND2, MINIMIND3)
+
+# Upstream's YaRN settings for `inference_rope_scaling=True` (identical in both generations).
+UPSTREAM_YARN = {
+    "rope_type": "yarn",
+    "factor": 16.0,
+    "original_max_position_embeddings": 2048,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "attention_factor": 1.0,
+}
+
+# Generation-dependent upstream defaults (for arguments left as None).
+_DEFAULTS = {
+    MINIMIND2: {
+        "hidden_size": 512,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "router_aux_loss_coef": 0.01,
+    },
+    MINIMIND3: {
+        "hidden_size": 768,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-6,
+        "num_experts_per_tok": 1,
+        "n_shared_experts": 0,
+        "router_aux_loss_coef": 5e-4,
+    },
+}
+
+
+def default_intermediate_size(hidden_size: int, generation: str) -> int:
+    """Upstream's MLP width: 8/3*H rounded up to 64 (MiniMind2), pi*H rounded up to 64 (MiniMind-3)."""
+    if generation == MINIMIND2:
+        return 64 * ((int(hidden_size * 8 / 3) + 63) // 64)
+    return math.ceil(hidden_size * math.pi / 64) * 64
+
+
+class MiniMindConfig(PretrainedConfig):
+    r"""Configuration of a MiniMind causal LM.
+
+    Args:
+        minimind_generation (`str`, defaults to `"minimind2"`): `"minimind2"` or `"minimind3"` (see module doc).
+        vocab_size (`int`, defaults to 6400): MiniMind's tokenizer size.
+        hidden_size (`int`, *optional*): model width (upstream default 512 for MiniMind2, 768 for MiniMind-3).
+        intermediate_size (`int`, *optional*): SwiGLU width; upstream's formula of the generation when None.
+        num_hidden_layers (`int`, defaults to 8): decoder layers.
+        num_attention_heads (`int`, defaults to 8): query heads.
+        num_key_value_heads (`int`, *optional*): key/value heads (GQA); 2 (MiniMind2) or 4 (MiniMind-3) when None.
+        head_dim (`int`, *optional*): per-head width; `hidden_size // num_attention_heads` when None
+            (MiniMind2 always uses that value).
+        hidden_act (`str`, defaults to `"silu"`): MLP activation.
+        max_position_embeddings (`int`, defaults to 32768): RoPE table length; also decides whether YaRN applies.
+        rms_norm_eps (`float`, *optional*): 1e-5 (MiniMind2) or 1e-6 (MiniMind-3) when None.
+        rope_theta (`float`, *optional*): RoPE base (1e6); stored in `rope_parameters["rope_theta"]`.
+        inference_rope_scaling (`bool`, defaults to False): upstream's switch for YaRN (factor 16 from 2048).
+        rope_scaling (`dict`, *optional*): upstream's explicit YaRN dict (`"type": "yarn"`); wins over
+            `inference_rope_scaling`.
+        rope_parameters (`dict`, *optional*): transformers-5 form of the two above (`rope_type` "default" or
+            "yarn", `rope_theta`, YaRN fields); what `save_pretrained` writes and what wins when given.
+        dropout (`float`, defaults to 0.0): embedding, attention and residual dropout (upstream's single knob).
+        flash_attn (`bool`, defaults to True): kept for round trips to upstream configs; the attention kernel is
+            chosen by transformers' `attn_implementation` instead.
+        use_moe (`bool`, defaults to False): replace every MLP with a mixture of experts.
+        num_experts (`int`, defaults to 4): routed experts (MiniMind2 name: `n_routed_experts`).
+        num_experts_per_tok (`int`, *optional*): experts per token; 2 (MiniMind2) or 1 (MiniMind-3) when None.
+        n_shared_experts (`int`, *optional*): always-on experts added unweighted (MiniMind2 only; 1 by default).
+        moe_intermediate_size (`int`, *optional*): expert width; `intermediate_size` when None.
+        norm_topk_prob (`bool`, defaults to True): renormalise the selected gate weights to sum to one.
+        scoring_func (`str`, defaults to `"softmax"`): gate scoring (upstream supports softmax only).
+        router_aux_loss_coef (`float`, *optional*): load-balancing loss weight (MiniMind2 name: `aux_loss_alpha`);
+            0.01 (MiniMind2) or 5e-4 (MiniMind-3) when None.
+        seq_aux (`bool`, defaults to True): MiniMind2's per-sequence balancing loss (token-level when False).
+        tie_word_embeddings (`bool`, defaults to True): share `lm_head` with the token embedding.
+        initializer_range (`float`, defaults to 0.02): std of the normal init for fresh models.
+    """
+
+    model_type = "minimind"
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    attribute_map = {"n_routed_experts": "num_experts", "aux_loss_alpha": "router_aux_loss_coef"}
+
+    def __init__(
+        self,
+        minimind_generation: str = MINIMIND2,
+        vocab_size: int = 6400,
+        hidden_size: int | None = None,
+        intermediate_size: int | None = None,
+        num_hidden_layers: int = 8,
+        num_attention_heads: int = 8,
+        num_key_value_heads: int | None = None,
+        head_dim: int | None = None,
+        hidden_act: str = "silu",
+        max_position_embeddings: int = 32768,
+        rms_norm_eps: float | None = None,
+        rope_theta: float | None = None,
+        inference_rope_scaling: bool = False,
+        rope_scaling: dict | None = None,
+        rope_parameters: dict | None = None,
+        dropout: float = 0.0,
+        flash_attn: bool = True,
+        use_moe: bool = False,
+        num_experts: int | None = None,
+        num_experts_per_tok: int | None = None,
+        n_shared_experts: int | None = None,
+        moe_intermediate_size: int | None = None,
+        norm_topk_prob: bool = True,
+        scoring_func: str = "softmax",
+        router_aux_loss_coef: float | None = None,
+        seq_aux: bool = True,
+        tie_word_embeddings: bool = True,
+        initializer_range: float = 0.02,
+        use_cache: bool = True,
+        bos_token_id: int = 1,
+        eos_token_id: int = 2,
+        pad_token_id: int | None = 0,
+        **kwargs,
+    ):
+        # MiniMind2 spelled two MoE fields differently; accept them as aliases.
+        n_routed_experts = kwargs.pop("n_routed_experts", None)
+        aux_loss_alpha = kwargs.pop("aux_loss_alpha", None)
+        if num_experts is None:
+            num_experts = n_routed_experts if n_routed_experts is not None else 4
+        if router_aux_loss_coef is None:
+            router_aux_loss_coef = aux_loss_alpha
+        # Written by older exports of this config; derived below.
+        kwargs.pop("use_qk_norm", None)
+
+        if minimind_generation not in GENERATIONS:
+            raise ValueError(f"minimind_generation must be one of {GENERATIONS}, got {minimind_generation!r}")
+        defaults = _DEFAULTS[minimind_generation]
+        hidden_size = defaults["hidden_size"] if hidden_size is None else hidden_size
+        if minimind_generation == MINIMIND2 and head_dim not in (None, hidden_size // num_attention_heads):
+            raise ValueError(
+                f"MiniMind2 derives head_dim from hidden_size // num_attention_heads "
+                f"({hidden_size // num_attention_heads}); head_dim={head_dim} needs minimind_generation='minimind3'"
+            )
+        if scoring_func != "softmax":
+            raise ValueError(f"scoring_func={scoring_func!r} is not supported (upstream MiniMind only has 'softmax')")
+
+        self.minimind_generation = minimind_generation
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = (
+            default_intermediate_size(hidden_size, minimind_generation) if intermediate_size is None else intermediate_size
+        )
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = defaults["num_key_value_heads"] if num_key_value_heads is None else num_key_value_heads
+        self.head_dim = hidden_size // num_attention_heads if head_dim is None else head_dim
+        if num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        self.hidden_act = hidden_act
+        self.max_position_embeddings = max_position_embeddings
+        self.rms_norm_eps = defaults["rms_norm_eps"] if rms_norm_eps is None else rms_norm_eps
+        self.rope_parameters = _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_scaling)
+        self.inference_rope_scaling = self.rope_parameters["rope_type"] == "yarn"
+        self.dropout = dropout
+        self.attention_dropout = dropout
+        self.flash_attn = flash_attn
+        self.use_moe = use_moe
+        self.num_experts = num_experts
+        self.num_experts_per_tok = (
+            defaults["num_experts_per_tok"] if num_experts_per_tok is None else num_experts_per_tok
+        )
+        if n_shared_experts is None:
+            n_shared_experts = defaults["n_shared_experts"]
+        if minimind_generation == MINIMIND3 and n_shared_experts:
+            raise ValueError("MiniMind-3 has no shared experts; n_shared_experts must be 0")
+        self.n_shared_experts = n_shared_experts
+        self.moe_intermediate_size = self.intermediate_size if moe_intermediate_size is None else moe_intermediate_size
+        self.norm_topk_prob = norm_topk_prob
+        self.scoring_func = scoring_func
+        self.router_aux_loss_coef = (
+            defaults["router_aux_loss_coef"] if router_aux_loss_coef is None else router_aux_loss_coef
+        )
+        self.seq_aux = seq_aux
+        self.initializer_range = initializer_range
+        self.use_cache = use_cache
+        if self.use_moe and self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok ({self.num_experts_per_tok}) exceeds num_experts ({self.num_experts})"
+            )
+        super().__init__(
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+
+    @property
+    def use_qk_norm(self) -> bool:
+        """MiniMind-3 normalises queries and keys per head before RoPE."""
+        return self.minimind_generation == MINIMIND3
+
+    @property
+    def yarn_active(self) -> bool:
+        """Upstream applies YaRN only when the RoPE table is longer than the original context."""
+        if self.rope_parameters["rope_type"] != "yarn":
+            return False
+        return self.max_position_embeddings / self.rope_parameters["original_max_position_embeddings"] > 1.0
+
+
+def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_scaling) -> dict:
+    """Normalise upstream's (`rope_theta`, `inference_rope_scaling`, `rope_scaling`) to `rope_parameters`."""
+    if rope_parameters is None:
+        if rope_scaling is None and inference_rope_scaling:
+            rope_scaling = UPSTREAM_YARN
+        rope_parameters = dict(rope_scaling) if rope_scaling is not None else {"rope_type": "default"}
+    else:
+        rope_parameters = dict(rope_parameters)
+    # upstream spells the key "type"; transformers spells it "rope_type"
+    rope_type = rope_parameters.pop("type", None) or rope_parameters.get("rope_type") or "default"
+    if rope_type not in ("default", "yarn"):
+        raise ValueError(f"rope type {rope_type!r} is not supported (MiniMind uses 'default' or 'yarn')")
+    rope_parameters["rope_type"] = rope_type
+    if rope_theta is not None:
+        rope_parameters["rope_theta"] = float(rope_theta)
+    rope_parameters.setdefault("rope_theta", 1e6)
+    if rope_type == "yarn":
+        for key, value in UPSTREAM_YARN.items():
+            rope_parameters.setdefault(key, value)
+    return rope_parameters
+
+
+__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "UPSTREAM_YARN", "default_intermediate_size"]

@@ -1,0 +1,488 @@
+"""MiniMind as a transformers model: both upstream generations, dense and MoE.
+
+Built the way transformers builds Llama/Qwen3 today, because TRL, PEFT, DeepSpeed and vLLM's
+transformers backend rely on those conventions: attention through ``ALL_ATTENTION_FUNCTIONS``,
+the ``Cache`` API, masks from ``create_causal_mask``, positions derived from the attention mask,
+``logits_to_keep``, gradient checkpointing layers, tied embeddings declared in
+``_tied_weights_keys`` and the stock ``GenerationMixin.generate``.
+
+Parameter names equal upstream MiniMind's state-dict keys, so native checkpoints load strictly.
+The MoE load-balancing loss travels on the outputs (``aux_loss``) of both the backbone and the
+causal LM, so a trainer adds it from the same forward that computes its log-probs.
+
+Like the configuration file, this module is self-contained (no ``minimind_trl`` imports) because
+``save_pretrained`` ships it for ``trust_remote_code=True`` users.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, MoeCausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_minimind import MINIMIND2, MiniMindConfig
+
+
+@dataclass
+class MiniMindModelOutputWithPast(BaseModelOutputWithPast):
+    """Backbone output plus the summed MoE load-balancing loss (0 for dense models and in eval mode)."""
+
+    aux_loss: torch.Tensor | None = None
+
+
+class MiniMindRMSNorm(nn.Module):
+    """RMSNorm computed in fp32: `weight * x * rsqrt(mean(x^2) + eps)`."""
+
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class MiniMindRotaryEmbedding(nn.Module):
+    """Rotate-half RoPE; YaRN exactly when upstream applies it (table longer than the original context)."""
+
+    def __init__(self, config: MiniMindConfig):
+        super().__init__()
+        self.config = config
+        inv_freq, self.attention_scaling = self.compute_rope_parameters(config)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @staticmethod
+    def compute_rope_parameters(config: MiniMindConfig, device=None) -> tuple[torch.Tensor, float]:
+        rope = config.rope_parameters
+        if config.yarn_active:
+            return ROPE_INIT_FUNCTIONS["yarn"](config, device)
+        dim = config.head_dim
+        inv_freq = 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device).float() / dim))
+        # upstream multiplies cos/sin by YaRN's attention factor even when the frequencies are left alone
+        attention_scaling = float(rope.get("attention_factor") or 1.0) if rope["rope_type"] == "yarn" else 1.0
+        return inv_freq, attention_scaling
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, position_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
+        positions = position_ids[:, None, :].float()
+        device_type = x.device.type if isinstance(x.device.type, str) and x.device.type != "mps" else "cpu"
+        with torch.autocast(device_type=device_type, enabled=False):
+            freqs = (inv_freq.float() @ positions.float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = emb.cos() * self.attention_scaling
+            sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim: int = 1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim); each kv head serves n_rep query heads."""
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+):
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+
+
+class MiniMindAttention(nn.Module):
+    """Grouped-query attention; MiniMind-3 adds per-head q/k RMSNorm before RoPE."""
+
+    def __init__(self, config: MiniMindConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = True
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        if config.use_qk_norm:
+            self.q_norm = MiniMindRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = MiniMindRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape)
+        key_states = self.k_proj(hidden_states).view(hidden_shape)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        if self.config.use_qk_norm:
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
+
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.resid_dropout(self.o_proj(attn_output)), attn_weights
+
+
+class MiniMindMLP(nn.Module):
+    """SwiGLU feed-forward: down(act(gate(x)) * up(x))."""
+
+    def __init__(self, config: MiniMindConfig, intermediate_size: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MiniMindSparseMoeBlock(nn.Module):
+    """Softmax-gated top-k experts, with each generation's renormalisation, shared experts and aux loss.
+
+    MiniMind2 renormalises the top-k weights only when k > 1, adds shared experts unweighted and uses a
+    per-sequence balancing loss (token-level when `seq_aux=False`); MiniMind-3 always renormalises and uses
+    a token-level loss scaled by the number of experts. Every expert runs on every call (possibly on zero
+    tokens) so that data-parallel and ZeRO-3 ranks execute the same modules and all experts get gradients.
+    """
+
+    def __init__(self, config: MiniMindConfig):
+        super().__init__()
+        self.generation = config.minimind_generation
+        self.top_k = config.num_experts_per_tok
+        self.num_experts = config.num_experts
+        self.norm_topk_prob = config.norm_topk_prob
+        self.aux_loss_coef = config.router_aux_loss_coef
+        self.seq_aux = config.seq_aux
+        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = nn.ModuleList(
+            [MiniMindMLP(config, config.moe_intermediate_size) for _ in range(config.num_experts)]
+        )
+        if config.n_shared_experts:
+            self.shared_experts = nn.ModuleList(
+                [MiniMindMLP(config, config.intermediate_size) for _ in range(config.n_shared_experts)]
+            )
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch_size, seq_len, hidden_dim = hidden_states.shape
+        flat = hidden_states.reshape(-1, hidden_dim)
+        scores = self.gate(flat).softmax(dim=-1)
+        topk_weight, topk_idx = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+        if self.norm_topk_prob and (self.top_k > 1 or self.generation != MINIMIND2):
+            topk_weight = topk_weight / (topk_weight.sum(dim=-1, keepdim=True) + 1e-20)
+
+        output = torch.zeros_like(flat)
+        for expert_idx, expert in enumerate(self.experts):
+            token_idx, slot_idx = torch.where(topk_idx == expert_idx)
+            expert_out = expert(flat[token_idx]) * topk_weight[token_idx, slot_idx, None]
+            output.index_add_(0, token_idx, expert_out.to(output.dtype))
+        for shared_expert in getattr(self, "shared_experts", ()):
+            output = output + shared_expert(flat)
+        output = output.view(batch_size, seq_len, hidden_dim)
+
+        if self.training and self.aux_loss_coef > 0:
+            aux_loss = self._load_balancing_loss(scores, topk_idx, batch_size, seq_len)
+        else:
+            aux_loss = scores.new_zeros((), dtype=torch.float32)
+        return output, aux_loss
+
+    def _load_balancing_loss(self, scores, topk_idx, batch_size: int, seq_len: int) -> torch.Tensor:
+        num_experts, top_k = self.num_experts, self.top_k
+        if self.generation != MINIMIND2:
+            load = F.one_hot(topk_idx, num_experts).float().mean(0)
+            return (load * scores.mean(0)).sum() * num_experts * self.aux_loss_coef
+        if self.seq_aux:
+            counts = torch.zeros(batch_size, num_experts, device=scores.device)
+            counts.scatter_add_(
+                1, topk_idx.view(batch_size, -1), torch.ones(batch_size, seq_len * top_k, device=scores.device)
+            )
+            expert_load = counts.div_(seq_len * top_k / num_experts)
+            mean_scores = scores.view(batch_size, seq_len, num_experts).mean(dim=1)
+            return (expert_load * mean_scores).sum(dim=1).mean() * self.aux_loss_coef
+        load = F.one_hot(topk_idx.view(-1), num_classes=num_experts).float().mean(0)
+        return (scores.mean(0) * load * num_experts).sum() * self.aux_loss_coef
+
+
+class MiniMindDecoderLayer(GradientCheckpointingLayer):
+    """Pre-norm block; returns `(hidden_states, aux_loss)` so the MoE loss survives gradient checkpointing."""
+
+    def __init__(self, config: MiniMindConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MiniMindAttention(config, layer_idx)
+        self.input_layernorm = MiniMindRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = MiniMindRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = MiniMindSparseMoeBlock(config) if config.use_moe else MiniMindMLP(config, config.intermediate_size)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = False,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            hidden_states=self.input_layernorm(hidden_states),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+        hidden_states = residual + hidden_states
+
+        residual = hidden_states
+        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
+        if isinstance(hidden_states, tuple):
+            hidden_states, aux_loss = hidden_states
+        else:
+            aux_loss = hidden_states.new_zeros((), dtype=torch.float32)
+        return residual + hidden_states, aux_loss
+
+
+class MiniMindPreTrainedModel(PreTrainedModel):
+    config: MiniMindConfig
+    config_class = MiniMindConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["MiniMindDecoderLayer"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    _can_record_outputs = {
+        "hidden_states": MiniMindDecoderLayer,
+        "attentions": MiniMindAttention,
+    }
+
+    def __init__(self, config: MiniMindConfig, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        # expert dispatch has data-dependent shapes
+        self._can_compile_fullgraph = not config.use_moe
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        # non-persistent buffers are not in checkpoints; recompute them after meta-device loading
+        if isinstance(module, MiniMindRotaryEmbedding):
+            inv_freq, _ = module.compute_rope_parameters(module.config, device=module.inv_freq.device)
+            init.copy_(module.inv_freq, inv_freq)
+
+
+class MiniMindModel(MiniMindPreTrainedModel):
+    def __init__(self, config: MiniMindConfig):
+        super().__init__(config)
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(
+            [MiniMindDecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+        )
+        self.norm = MiniMindRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = MiniMindRotaryEmbedding(config)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MiniMindModelOutputWithPast:
+        if "past_key_values" in kwargs:  # the pre-5.24 name of `cache`
+            cache = kwargs.pop("past_key_values") if cache is None else cache
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        if position_ids is None:
+            position_ids = self._position_ids(inputs_embeds, attention_mask, cache)
+
+        if not isinstance(causal_mask := attention_mask, dict):
+            causal_mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                cache=cache,
+                position_ids=position_ids,
+            )
+        else:
+            causal_mask = causal_mask["full_attention"]
+
+        hidden_states = self.dropout(inputs_embeds)
+        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        aux_loss = torch.zeros((), dtype=torch.float32, device=hidden_states.device)
+        for decoder_layer in self.layers[: self.config.num_hidden_layers]:
+            hidden_states, layer_aux_loss = decoder_layer(
+                hidden_states,
+                attention_mask=causal_mask,
+                position_embeddings=position_embeddings,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=use_cache,
+                **kwargs,
+            )
+            aux_loss = aux_loss + layer_aux_loss
+        hidden_states = self.norm(hidden_states)
+        return MiniMindModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            cache=cache if use_cache else None,
+            aux_loss=aux_loss,
+        )
+
+    @staticmethod
+    def _position_ids(inputs_embeds, attention_mask, cache) -> torch.LongTensor:
+        """Positions count real tokens only, so a left-padded row sees the positions it would see alone."""
+        seq_len = inputs_embeds.shape[1]
+        past_seen = cache.get_seq_length() if cache is not None else 0
+        if attention_mask is not None and attention_mask.ndim == 2 and attention_mask.shape[1] == past_seen + seq_len:
+            position_ids = attention_mask.long().cumsum(-1) - 1
+            position_ids = position_ids.masked_fill(attention_mask == 0, 0)
+            return position_ids[:, -seq_len:]
+        position_ids = torch.arange(past_seen, past_seen + seq_len, device=inputs_embeds.device)
+        return position_ids.unsqueeze(0).expand(inputs_embeds.shape[0], -1)
+
+
+class MiniMindForCausalLM(MiniMindPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+
+    def __init__(self, config: MiniMindConfig):
+        super().__init__(config)
+        self.model = MiniMindModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MoeCausalLMOutputWithPast:
+        r"""
+        `aux_loss` is the summed MoE load-balancing loss of this forward (0 for dense models and in eval mode).
+        As upstream, it is *not* added to `loss`; trainers add it with their own weight.
+        """
+        outputs: MiniMindModelOutputWithPast = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MoeCausalLMOutputWithPast(
+            loss=loss,
+            aux_loss=outputs.aux_loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = ["MiniMindPreTrainedModel", "MiniMindModel", "MiniMindForCausalLM", "MiniMindModelOutputWithPast"]

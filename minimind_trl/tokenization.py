@@ -1,0 +1,96 @@
+"""A MiniMind-style tokenizer built offline, for tests and the CPU demo.
+
+Real runs use the tokenizer that ships with a MiniMind checkpoint. Tests and the demo cannot download
+one, so this module trains a small byte-level BPE (the same family as MiniMind's) on a bundled or given
+corpus and gives it MiniMind's specials and chat template:
+
+* ids 0/1/2 are `<|endoftext|>` (pad, unk), `<|im_start|>` (bos) and `<|im_end|>` (eos), as upstream;
+* the chat template renders ChatML with MiniMind's default system turn
+  (`<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n`) when the conversation has none;
+* optionally the reasoning tags `<think>`, `</think>`, `<answer>`, `</answer>` are single *non-special*
+  tokens, so TRL's `skip_special_tokens=True` decoding keeps them in the text the rule rewards read.
+"""
+
+from collections.abc import Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant"
+
+# MiniMind2's chat template without the tool-calling branches.
+MINIMIND_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else -%}"
+    "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM_PROMPT + "<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] != 'system' or not loop.first %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# A little bilingual text so the default tokenizer has sensible merges for both scripts.
+_DEFAULT_CORPUS = (
+    "You are a helpful assistant. Please think step by step, then answer.",
+    "What is the capital of France? The capital of France is Paris.",
+    "How many days are there in a week? There are seven days in a week.",
+    "Explain why the sky is blue. Sunlight is scattered by the air, and blue light scatters the most.",
+    "Write a short poem about the sea. The sea is wide, the waves are blue, the wind sings songs for me and you.",
+    "What is two plus three? Two plus three equals five.",
+    "请介绍一下你自己。我是一个乐于助人的人工智能助手。",
+    "中国的首都是哪里？中国的首都是北京。",
+    "一年有多少个月？一年有十二个月。",
+    "请写一首关于春天的诗。春风吹绿了柳树，小鸟在枝头歌唱。",
+    "为什么天空是蓝色的？因为阳光中的蓝光被空气散射得最多。",
+    "一加一等于几？一加一等于二。",
+)
+
+
+def build_minimind_tokenizer(
+    corpus: Iterable[str] | None = None,
+    vocab_size: int = 6400,
+    reasoning_tags: bool = True,
+    model_max_length: int = 32768,
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer with MiniMind's specials and chat template.
+
+    Args:
+        corpus: texts to learn merges from (a small built-in bilingual sample when None). Any text can be
+            encoded whatever the corpus: byte-level BPE falls back to single bytes.
+        vocab_size: upper bound on the vocabulary (a small corpus yields fewer merges).
+        reasoning_tags: add `<think>`, `</think>`, `<answer>`, `</answer>` as single non-special tokens.
+        model_max_length: recorded on the tokenizer.
+    """
+    texts = list(corpus) if corpus is not None else list(_DEFAULT_CORPUS)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    if reasoning_tags:
+        tokenizer.add_tokens(list(REASONING_TAGS))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.chat_template = MINIMIND_CHAT_TEMPLATE
+    return fast
+
+
+__all__ = ["build_minimind_tokenizer", "MINIMIND_CHAT_TEMPLATE", "DEFAULT_SYSTEM_PROMPT", "REASONING_TAGS"]
