@@ -26,3 +26,29 @@ def _deterministic_threads():
 
     torch.manual_seed(0)
     yield
+
+
+FIXTURE_CASES = [
+    ("MiniMind2", "dense"),
+    ("MiniMind2", "moe"),
+    ("MiniMind-3", "dense"),
+    ("MiniMind-3", "moe"),
+]
+ERA_TO_GENERATION = {"MiniMind2": "minimind2", "MiniMind-3": "minimind3"}
+
+
+def load_fixture_case(era: str, case: str) -> dict:
+    """One upstream fixture case: upstream config kwargs, fp32 state dict, inputs and expected outputs."""
+    import json
+
+    import torch
+
+    folder = require_shared(FIXTURES / era / case)
+    return {
+        "generation": ERA_TO_GENERATION[era],
+        "config_kwargs": json.loads((folder / "config.json").read_text())["config_kwargs"],
+        "state_dict_path": folder / "state_dict.pth",
+        "state_dict": torch.load(folder / "state_dict.pth", weights_only=True),
+        "inputs": torch.load(folder / "inputs.pt", weights_only=True),
+        "expected": torch.load(folder / "expected.pt", weights_only=True),
+    }
