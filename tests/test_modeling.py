@@ -1,0 +1,280 @@
+"""MiniMind modeling: parity with upstream's own code (fixtures) and the transformers conventions TRL relies on."""
+
+import math
+
+import pytest
+import torch
+from conftest import FIXTURE_CASES, load_fixture_case
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from minimind_trl import MiniMindConfig, MiniMindForCausalLM, MiniMindModel
+
+ATOL = 1e-5
+
+
+def _fixture_model(case: dict, **overrides) -> MiniMindForCausalLM:
+    config = MiniMindConfig(minimind_generation=case["generation"], **case["config_kwargs"], **overrides)
+    model = MiniMindForCausalLM(config)
+    model.load_state_dict(case["state_dict"], strict=True)
+    return model.eval()
+
+
+def _tiny_config(**kwargs) -> MiniMindConfig:
+    base = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)
+    base.update(kwargs)
+    return MiniMindConfig(**base)
+
+
+@pytest.fixture(params=FIXTURE_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def fixture_case(request):
+    return load_fixture_case(*request.param)
+
+
+# --------------------------------------------------------------------------- upstream parity
+
+
+def test_fixture_logits_unpadded_and_left_padded(fixture_case):
+    model = _fixture_model(fixture_case)
+    inputs, expected = fixture_case["inputs"], fixture_case["expected"]
+    with torch.no_grad():
+        unpadded = model(inputs["input_ids_nopad"])
+        padded = model(inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    torch.testing.assert_close(unpadded.logits, expected["logits_nopad"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        model.model(inputs["input_ids_nopad"]).last_hidden_state, expected["hidden_states_nopad"], atol=ATOL, rtol=0
+    )
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(padded.logits[real], expected["logits_padded"][real], atol=ATOL, rtol=0)
+    assert unpadded.aux_loss.item() == expected["aux_loss_eval"].item() == 0.0
+
+
+@pytest.mark.parametrize("era", ["MiniMind2", "MiniMind-3"])
+def test_fixture_moe_aux_loss_and_routing(era):
+    fixture_case = load_fixture_case(era, "moe")
+    model = _fixture_model(fixture_case)
+    expected, input_ids = fixture_case["expected"], fixture_case["inputs"]["input_ids_nopad"]
+
+    chosen = []
+    hooks = [
+        layer.mlp.gate.register_forward_hook(
+            lambda mod, args, out: chosen.append(
+                torch.topk(out.softmax(-1), k=model.config.num_experts_per_tok, dim=-1).indices.sort(-1).values
+            )
+        )
+        for layer in model.model.layers
+    ]
+    with torch.no_grad():
+        model(input_ids)
+    for hook in hooks:
+        hook.remove()
+    assert torch.equal(torch.stack(chosen), expected["router_topk_idx_nopad"])
+
+    per_layer = []
+    hooks = [
+        layer.mlp.register_forward_hook(lambda mod, args, out: per_layer.append(out[1].detach()))
+        for layer in model.model.layers
+    ]
+    model.train()
+    output = model(input_ids)
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(output.aux_loss, expected["aux_loss_train"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.stack(per_layer), expected["aux_loss_train_per_layer"], atol=1e-6, rtol=0)
+    # the backbone carries the same loss, so a trainer needs no second forward
+    torch.testing.assert_close(model.model(input_ids).aux_loss, output.aux_loss, atol=0, rtol=0)
+    assert output.aux_loss.requires_grad
+
+
+def test_fixture_greedy_generation_with_kv_cache(fixture_case):
+    model = _fixture_model(fixture_case)
+    prompt, expected = fixture_case["inputs"]["input_ids_nopad"][0:1], fixture_case["expected"]
+    out = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=16,
+        min_new_tokens=16,
+        do_sample=False,
+        use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+    )
+    assert torch.equal(out.sequences, expected["greedy"])
+    torch.testing.assert_close(torch.cat(out.logits), expected["greedy_step_logits"], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "flex_attention"])
+def test_attention_backends_agree_with_sdpa(fixture_case, attn_implementation):
+    inputs = fixture_case["inputs"]
+    sdpa = _fixture_model(fixture_case)
+    other = _fixture_model(fixture_case)
+    other.set_attn_implementation(attn_implementation)
+    assert other.config._attn_implementation == attn_implementation
+    with torch.no_grad():
+        reference = sdpa(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+        logits = other(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(logits[real], reference[real], atol=ATOL, rtol=0)
+
+
+# --------------------------------------------------------------------------- YaRN
+
+
+def _upstream_yarn_inv_freq(dim, base, factor, orig_max, beta_fast, beta_slow):
+    """YaRN frequencies as the fixtures' README describes upstream's formula (linear ramp between bounds)."""
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2)[: dim // 2].float() / dim))
+    inv_dim = lambda b: (dim * math.log(orig_max / (b * 2 * math.pi))) / (2 * math.log(base))  # noqa: E731
+    low, high = max(math.floor(inv_dim(beta_fast)), 0), min(math.ceil(inv_dim(beta_slow)), dim // 2 - 1)
+    ramp = torch.clamp((torch.arange(dim // 2).float() - low) / max(high - low, 0.001), 0, 1)
+    return freqs * (1 - ramp + ramp / factor)
+
+
+@pytest.mark.parametrize("generation", ["minimind2", "minimind3"])
+def test_yarn_frequencies_follow_upstream(generation):
+    config = _tiny_config(minimind_generation=generation, inference_rope_scaling=True)
+    model = MiniMindForCausalLM(config)
+    expected = _upstream_yarn_inv_freq(16, 1e6, 16, 2048, 32, 1)
+    torch.testing.assert_close(model.model.rotary_emb.inv_freq, expected, atol=1e-9, rtol=1e-6)
+    assert not torch.allclose(expected, 1.0 / (1e6 ** (torch.arange(0, 16, 2).float() / 16)))
+
+    # upstream leaves the frequencies alone when the table is not longer than the original context
+    short = MiniMindForCausalLM(_tiny_config(inference_rope_scaling=True, max_position_embeddings=2048))
+    plain = 1.0 / (1e6 ** (torch.arange(0, 16, 2).float() / 16))
+    torch.testing.assert_close(short.model.rotary_emb.inv_freq, plain, atol=0, rtol=0)
+
+
+# --------------------------------------------------------------------------- transformers conventions
+
+
+def test_auto_classes_are_registered():
+    config = AutoConfig.for_model("minimind", hidden_size=64, num_attention_heads=4)
+    assert isinstance(config, MiniMindConfig)
+    assert isinstance(AutoModelForCausalLM.from_config(config), MiniMindForCausalLM)
+    assert isinstance(AutoModel.from_config(config), MiniMindModel)
+    assert MiniMindForCausalLM.base_model_prefix == "model"
+
+
+@pytest.mark.parametrize("generation,use_moe", [("minimind2", False), ("minimind2", True), ("minimind3", True)])
+def test_save_load_round_trip_keeps_weights_tied_and_logits(tmp_path, generation, use_moe):
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(_tiny_config(minimind_generation=generation, use_moe=use_moe)).eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert not list(tmp_path.glob("*.bin"))
+
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, MiniMindForCausalLM)
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    # non-persistent RoPE buffers are recomputed after meta-device loading (upstream MiniMind-3 got NaNs here)
+    torch.testing.assert_close(loaded.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq, atol=0, rtol=0)
+    input_ids = torch.randint(3, 300, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids).logits, model(input_ids).logits, atol=0, rtol=0)
+    saved, original = loaded.config.to_dict(), model.config.to_dict()
+    for key in original:
+        if key not in ("_name_or_path", "dtype", "transformers_version"):
+            assert saved[key] == original[key], key
+
+
+def test_logits_to_keep_and_mask_derived_positions():
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(_tiny_config(minimind_generation="minimind3")).eval()
+    input_ids = torch.randint(3, 300, (1, 10))
+    with torch.no_grad():
+        full = model(input_ids).logits
+        last3 = model(input_ids, logits_to_keep=3).logits
+        assert last3.shape == (1, 3, 300)
+        torch.testing.assert_close(last3, full[:, -3:], atol=1e-6, rtol=0)
+        # the same tokens behind 4 pads get the same positions, hence the same logits
+        padded_ids = torch.cat([torch.zeros(1, 4, dtype=torch.long), input_ids], dim=1)
+        mask = torch.cat([torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 10, dtype=torch.long)], dim=1)
+        padded = model(padded_ids, attention_mask=mask).logits
+        explicit = model(padded_ids, attention_mask=mask, position_ids=torch.arange(14).unsqueeze(0)).logits
+    torch.testing.assert_close(padded[:, 4:], full, atol=1e-6, rtol=0)
+    # passing position_ids overrides the mask-derived ones (RoPE is relative, so real tokens barely move)
+    assert not torch.equal(explicit[:, 4:], padded[:, 4:])
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("use_moe", [False, True])
+def test_gradient_checkpointing_gives_the_same_gradients(use_moe, use_reentrant):
+    torch.manual_seed(0)
+    config = _tiny_config(use_moe=use_moe)
+    reference = MiniMindForCausalLM(config).train()
+    checkpointed = MiniMindForCausalLM(config).train()
+    checkpointed.load_state_dict(reference.state_dict())
+    checkpointed.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    assert checkpointed.is_activation_checkpointing
+    input_ids = torch.randint(3, 300, (2, 9))
+    losses = []
+    for model in (reference, checkpointed):
+        out = model(input_ids, labels=input_ids)
+        loss = out.loss + out.aux_loss
+        loss.backward()
+        losses.append(loss.detach())
+    torch.testing.assert_close(losses[0], losses[1], atol=0, rtol=0)
+    for (name, p_ref), (_, p_ckpt) in zip(reference.named_parameters(), checkpointed.named_parameters()):
+        assert p_ref.grad is not None, name
+        torch.testing.assert_close(p_ckpt.grad, p_ref.grad, atol=1e-7, rtol=1e-5, msg=name)
+
+
+def test_labels_loss_matches_shifted_cross_entropy():
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(_tiny_config()).eval()
+    input_ids = torch.randint(3, 300, (2, 8))
+    labels = input_ids.clone()
+    labels[0, :3] = -100
+    with torch.no_grad():
+        out = model(input_ids, labels=labels)
+    expected = torch.nn.functional.cross_entropy(
+        out.logits[:, :-1].reshape(-1, 300), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
+    torch.testing.assert_close(out.loss, expected, atol=1e-6, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- generation
+
+
+@pytest.mark.parametrize("generation,use_moe", [("minimind2", False), ("minimind3", True)])
+def test_left_padded_batch_generates_what_each_row_generates_alone(generation, use_moe):
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(_tiny_config(minimind_generation=generation, use_moe=use_moe)).eval()
+    rows = [torch.randint(3, 300, (n,)) for n in (9, 5, 2)]
+    width = max(len(r) for r in rows)
+    input_ids = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), r]) for r in rows])
+    mask = torch.stack([torch.cat([torch.zeros(width - len(r)), torch.ones(len(r))]) for r in rows]).long()
+    batch = model.generate(input_ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    for i, row in enumerate(rows):
+        alone = model.generate(row[None], attention_mask=torch.ones(1, len(row), dtype=torch.long),
+                               max_new_tokens=12, do_sample=False, pad_token_id=0)
+        assert torch.equal(batch[i, width:], alone[0, len(row):]), f"row {i}"
+
+
+def test_sampling_with_num_return_sequences():
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(_tiny_config()).eval()
+    prompts = torch.randint(3, 300, (2, 6))
+    torch.manual_seed(1)
+    out = model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True, temperature=0.8,
+                         top_k=50, num_return_sequences=4, max_new_tokens=10, pad_token_id=0)
+    assert out.shape == (8, 16)
+    assert torch.equal(out[:4, :6], prompts[0].expand(4, -1)) and torch.equal(out[4:, :6], prompts[1].expand(4, -1))
+    assert len({tuple(row.tolist()) for row in out[:, 6:]}) > 1, "sampling returned identical sequences"
+    torch.manual_seed(1)
+    again = model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True, temperature=0.8,
+                           top_k=50, num_return_sequences=4, max_new_tokens=10, pad_token_id=0)
+    assert torch.equal(out, again)
+
+
+def test_config_validation_errors_name_the_problem():
+    with pytest.raises(ValueError, match="minimind_generation"):
+        MiniMindConfig(minimind_generation="minimind4")
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        MiniMindConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=3)
+    with pytest.raises(ValueError, match="head_dim"):
+        MiniMindConfig(hidden_size=64, num_attention_heads=4, head_dim=32)
+    with pytest.raises(ValueError, match="shared experts"):
+        MiniMindConfig(minimind_generation="minimind3", n_shared_experts=1)
+    aliased = MiniMindConfig(n_routed_experts=6, aux_loss_alpha=0.1)
+    assert (aliased.num_experts, aliased.router_aux_loss_coef) == (6, 0.1)
