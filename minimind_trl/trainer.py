@@ -7,9 +7,17 @@ their last `max_prompt_length` tokens. `MiniMindGRPOConfig`'s defaults are the s
 (`train_grpo.py`); each field documents the seed flag it stands for.
 """
 
+import copy
+import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig
+import torch
+from accelerate.utils import is_peft_model
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer import grpo_trainer as _trl_grpo
+
+from .advantages import batch_renormalize, group_zscore, minimind_advantages
 
 ADVANTAGE_ESTIMATORS = ("minimind", "trl")
 
@@ -182,4 +190,170 @@ class MiniMindGRPOConfig(GRPOConfig):
             )
 
 
-__all__ = ["MiniMindGRPOConfig"]
+
+
+def _reference_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of an in-memory policy, taken before TRL patches its forward.
+
+    A policy handed to an earlier trainer carries instance-level forwards (TRL's fused LM head, accelerate's
+    autocast wrapper) that close over the ORIGINAL module: a deep copy would keep computing with the policy's
+    live weights. Dropping them restores the class forward on the copy.
+    """
+    reference = copy.deepcopy(model)
+    for attribute in ("forward", "_original_forward"):
+        reference.__dict__.pop(attribute, None)
+    return reference.requires_grad_(False).eval()
+
+
+@contextmanager
+def _trl_init_overrides(scoring_temperature: float, reference_model: torch.nn.Module | None):
+    """Two substitutions while `GRPOTrainer.__init__` runs, which has no argument for either.
+
+    * `add_fused_lm_head` gets `scoring_temperature` instead of the sampling temperature, so the loss's
+      log-probs come from untempered logits unless `tempered_logprobs` is set.
+    * For an in-memory policy TRL would reload the reference from `config._name_or_path` (empty for an
+      unsaved model, stale for a modified one); `create_model_from_path` hands it `reference_model` instead.
+    """
+    add_fused_lm_head, create_model_from_path = _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path
+    pending_reference = [reference_model] if reference_model is not None else []
+
+    def add_fused_lm_head_at_scoring_temperature(model, temperature=1.0, **kwargs):
+        return add_fused_lm_head(model, temperature=scoring_temperature, **kwargs)
+
+    def create_reference_model(model_id, *args, **kwargs):
+        # Only called for the reference once the policy is an instance (TRL loads a str policy itself).
+        return pending_reference.pop() if pending_reference else create_model_from_path(model_id, *args, **kwargs)
+
+    _trl_grpo.add_fused_lm_head = add_fused_lm_head_at_scoring_temperature
+    _trl_grpo.create_model_from_path = create_reference_model
+    try:
+        yield
+    finally:
+        _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path = add_fused_lm_head, create_model_from_path
+    if pending_reference:
+        raise RuntimeError("GRPOTrainer did not build a reference model; the in-memory reference copy was unused")
+
+
+class MiniMindGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` computing MiniMind's GRPO: the seed's advantages, untempered log-probs, the MoE
+    load-balancing loss of the policy forward, prompts cut from the left and generation in eval mode.
+
+    Takes `GRPOTrainer`'s arguments; `args` must be a [`MiniMindGRPOConfig`]. `model` may be a path, a Hub id
+    or an in-memory model; for the latter the frozen reference is a copy of the object itself.
+    """
+
+    _tag_names = ["trl", "grpo", "minimind"]
+
+    def __init__(self, model, reward_funcs=None, args: MiniMindGRPOConfig | None = None, *trl_args, **trl_kwargs):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "MiniMind"
+            args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
+        if not isinstance(args, MiniMindGRPOConfig):
+            raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
+        peft_config = bound.arguments.get("peft_config")
+        uses_peft = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
+        reference = None
+        if not isinstance(model, str) and args.beta != 0.0 and not uses_peft:
+            reference = _reference_copy(model)
+        scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
+        with _trl_init_overrides(scoring_temperature, reference):
+            super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
+        # TRL's own MoE aux path is Mixtral's (router logits); MiniMind returns its loss on the backbone output.
+        self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
+        self._rewards_per_func = None
+
+    # --- prompts and generation ------------------------------------------------------------------------
+
+    def _tokenize_prompts(self, prompts: list):
+        """TRL's tokenization, then each prompt cut to its last `max_prompt_length` tokens (the seed's cut)."""
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        limit = self.args.max_prompt_length
+        if limit is not None and any(len(ids) > limit for ids in prompt_ids):
+            if images is not None or multimodal_fields:
+                raise ValueError(
+                    f"max_prompt_length={limit} would cut image tokens out of a multimodal prompt; set it to None"
+                )
+            prompt_ids = [ids[-limit:] for ids in prompt_ids]
+        return prompt_ids, images, multimodal_fields
+
+    def _generate_single_turn(self, *args, **kwargs):
+        """Sample in eval mode: no dropout and no MoE load-balancing loss computed for every decoding step."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            self.model.train(was_training)
+
+    # --- advantages ------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards_per_func = rewards_per_func  # gathered over processes; read back just below
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
+        if self.args.advantage_estimator == "minimind":
+            output["advantages"] = self._minimind_advantages(rewards_per_func, len(output["advantages"]), mode)
+        all_advantages = self.accelerator.gather(output["advantages"])
+        if self.args.advantage_estimator == "minimind":  # the completions table shows the advantages trained on
+            logged = self._logs["advantages"]
+            for _ in range(min(len(all_advantages), len(logged))):
+                logged.pop()
+            logged.extend(all_advantages.tolist())
+        self._metrics[mode]["advantages/mean"].append(all_advantages.mean().item())
+        self._metrics[mode]["advantages/std"].append(all_advantages.std().item() if all_advantages.numel() > 1 else 0.0)
+        return output
+
+    def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:
+        """The seed's advantages for this process: group z-scores over the gathered batch (a group may span
+        processes), batch re-normalisation over this process's slice (the seed normalised per rank)."""
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # TRL's weighted sum
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # no function could score the row
+        stage_one = group_zscore(rewards, num_generations)
+        start = self.accelerator.process_index * num_local
+        return batch_renormalize(stage_one[start : start + num_local])
+
+    # --- loss ------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss plus MiniMind's MoE load-balancing loss, read from the policy forward that made the log-probs."""
+        if not self._adds_model_aux_loss:
+            return super()._compute_loss(model, inputs)
+        with self._captured_aux_losses() as aux_losses:
+            loss = super()._compute_loss(model, inputs)
+        if not aux_losses:  # the backbone carries no `aux_loss` (not a MiniMind model)
+            return loss
+        aux_loss = torch.stack(aux_losses).mean()
+        mode = "train" if self.model.training else "eval"
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # like TRL's policy loss
+        loss = loss + self.args.moe_aux_loss_weight * aux_loss.to(loss.dtype) / normalizer
+        self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
+        return loss
+
+    @contextmanager
+    def _captured_aux_losses(self):
+        """Collect `aux_loss` from every forward of the policy's backbone inside the block (the loss's own)."""
+        policy = self.accelerator.unwrap_model(self.model)
+        policy = policy.get_base_model() if is_peft_model(policy) else policy
+        captured = []
+
+        def keep_aux_loss(module, args, output):
+            aux_loss = getattr(output, "aux_loss", None)
+            if aux_loss is not None:
+                captured.append(aux_loss)
+
+        handle = policy.base_model.register_forward_hook(keep_aux_loss)
+        try:
+            yield captured
+        finally:
+            handle.remove()
+
+
+__all__ = ["MiniMindGRPOConfig", "MiniMindGRPOTrainer", "minimind_advantages"]

@@ -1,0 +1,170 @@
+"""minimind_advantages against the seed's formula, plus the cases the seed leaves undefined (NaN, one row)."""
+
+import math
+import zlib
+
+import pytest
+import torch
+
+from minimind_trl.advantages import batch_renormalize, group_zscore, minimind_advantages
+from minimind_trl.trainer import minimind_advantages as exported_from_trainer
+
+
+def seed_formula(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """The spec's two steps, written from its formulas: group z-score (unbiased std + 1e-4) clamped to
+    [-10, 10], then (a - mean) / (std + 1e-8) over the whole batch."""
+    flat = rewards.reshape(-1)
+    grouped = flat.view(-1, num_generations)
+    group_mean = grouped.mean(dim=1).repeat_interleave(num_generations)
+    group_std = grouped.std(dim=1).repeat_interleave(num_generations)
+    stage_one = torch.clamp((flat - group_mean) / (group_std + 1e-4), -10, 10)
+    return ((stage_one - stage_one.mean()) / (stage_one.std() + 1e-8)).view(rewards.shape)
+
+
+def loop_reference(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Independent float64 loop: statistics over the non-NaN rows only; NaN rows -> 0; no spread -> std 0."""
+    values = [float(v) for v in rewards.reshape(-1).tolist()]
+
+    def mean_std(xs):
+        mean = math.fsum(xs) / len(xs)
+        std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+        return mean, std
+
+    stage_one = []
+    for start in range(0, len(values), num_generations):
+        group = values[start : start + num_generations]
+        scorable = [x for x in group if not math.isnan(x)]
+        mean, std = mean_std(scorable) if scorable else (0.0, 0.0)
+        stage_one += [x if math.isnan(x) else max(-10.0, min(10.0, (x - mean) / (std + 1e-4))) for x in group]
+    scorable = [x for x in stage_one if not math.isnan(x)]
+    mean, std = mean_std(scorable) if scorable else (0.0, 0.0)
+    out = [0.0 if math.isnan(x) else (x - mean) / (std + 1e-8) for x in stage_one]
+    return torch.tensor(out, dtype=torch.float64).view(rewards.shape)
+
+
+def assert_matches_seed(rewards: torch.Tensor, num_generations: int) -> None:
+    """The reusable check: on NaN-free rewards with >= 2 generations the result IS the seed's, bit for bit."""
+    before = rewards.clone()
+    result = minimind_advantages(rewards, num_generations)
+    assert torch.equal(rewards, before), "minimind_advantages must not modify its input"
+    expected = seed_formula(rewards, num_generations)
+    assert result.shape == rewards.shape and result.dtype == rewards.dtype
+    assert torch.isfinite(result).all()
+    assert torch.equal(result, expected), (result - expected).abs().max()
+
+
+def _rewards(kind: str, num_prompts: int, num_generations: int, generator: torch.Generator) -> torch.Tensor:
+    shape = (num_prompts * num_generations,)
+    if kind == "normal":
+        return torch.randn(shape, generator=generator)
+    if kind == "rule":  # format 0/0.5 + tags 0..1 in quarters, as the rule rewards give
+        return torch.randint(0, 8, shape, generator=generator).float() * 0.25
+    if kind == "reward_model":  # clipped to [-3, 3] like the seed's reward-model term
+        return (torch.randn(shape, generator=generator) * 2).clamp(-3, 3)
+    if kind == "sparse":  # mostly equal rewards: zero-spread groups and lone outliers
+        return (torch.rand(shape, generator=generator) < 0.05).float()
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["normal", "rule", "reward_model", "sparse"])
+@pytest.mark.parametrize("num_generations", [2, 3, 8, 16, 102, 128])
+@pytest.mark.parametrize("num_prompts", [1, 2, 5])
+def test_equals_seed_formula_on_random_rewards(kind, num_generations, num_prompts):
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{kind}-{num_generations}-{num_prompts}".encode()))
+    rewards = _rewards(kind, num_prompts, num_generations, generator)
+    if torch.unique(rewards).numel() == 1:  # all equal: covered by test_zero_spread_batch
+        rewards[0] += 1.0
+    assert_matches_seed(rewards, num_generations)
+    torch.testing.assert_close(
+        minimind_advantages(rewards, num_generations).double(),
+        loop_reference(rewards, num_generations),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_float64_and_2d_inputs_keep_dtype_and_shape():
+    rewards = torch.randn(4, 8, dtype=torch.float64)
+    assert_matches_seed(rewards, 8)
+
+
+def test_clamp_binds_only_with_large_groups():
+    # With the unbiased std a group z-score is at most (G - 1) / sqrt(G): above 10 needs G >= 102.
+    rewards = torch.zeros(2 * 128)
+    rewards[0] = 1.0  # one outlier: z = 127 / sqrt(128) * std / (std + 1e-4) ~ 11.2 before clamping
+    rewards[128:] = torch.linspace(0, 1, 128)
+    stage_one = group_zscore(rewards, 128)
+    assert stage_one[0].item() == 10.0
+    unclamped = (rewards[:128] - rewards[:128].mean()) / (rewards[:128].std() + 1e-4)
+    assert unclamped[0].item() > 11.0
+    assert_matches_seed(rewards, 128)
+
+    small = torch.zeros(101)
+    small[0] = 1.0
+    assert group_zscore(small, 101)[0].item() < 10.0
+
+
+def test_zero_spread_groups_get_zero_from_stage_one():
+    rewards = torch.tensor([0.5, 0.5, 0.5, 0.5, 0.0, 1.0, 0.25, 0.75])
+    stage_one = group_zscore(rewards, 4)
+    assert torch.equal(stage_one[:4], torch.zeros(4))
+    assert_matches_seed(rewards, 4)
+
+
+def test_zero_spread_batch_gives_zero_advantages():
+    for rewards in (torch.full((16,), 0.75), torch.zeros(8), torch.tensor([1.0, 1.0, 3.0, 3.0])):
+        advantages = minimind_advantages(rewards, 2)
+        assert torch.equal(advantages, torch.zeros_like(rewards))
+
+
+def test_single_group_batch():
+    rewards = torch.tensor([0.0, 0.25, 1.5, 0.5, 0.5, 2.0, 0.0, 1.0])
+    assert_matches_seed(rewards, 8)
+    advantages = minimind_advantages(rewards, 8)
+    assert abs(advantages.mean().item()) < 1e-6
+    assert abs(advantages.std().item() - 1.0) < 1e-6
+
+
+def test_nan_rewards_get_zero_and_stay_out_of_the_statistics():
+    rewards = torch.tensor(
+        [0.0, 1.0, float("nan"), 0.5]  # one unscorable row
+        + [float("nan")] * 4  # a whole group unscorable
+        + [2.0, float("nan"), float("nan"), float("nan")]  # one scorable row: no spread
+        + [0.25, 0.75, 1.0, 0.0]
+    )
+    advantages = minimind_advantages(rewards, 4)
+    assert torch.isfinite(advantages).all()
+    nan = torch.isnan(rewards)
+    assert torch.equal(advantages[nan], torch.zeros(int(nan.sum())))
+    assert advantages[8].item() == pytest.approx(loop_reference(rewards, 4)[8].item())
+    torch.testing.assert_close(advantages.double(), loop_reference(rewards, 4), rtol=1e-5, atol=1e-6)
+    # the scorable rows of a fully scorable group are normalised as if the NaN rows were not there
+    without_nan_group = minimind_advantages(torch.cat([rewards[:4], rewards[8:]]), 4)
+    torch.testing.assert_close(advantages[12:], without_nan_group[8:])
+
+
+def test_all_nan_and_single_generation_give_zeros():
+    assert torch.equal(minimind_advantages(torch.full((6,), float("nan")), 3), torch.zeros(6))
+    # one completion per prompt: no spread (the seed's unbiased std would be NaN)
+    assert torch.equal(minimind_advantages(torch.tensor([0.1, 0.9, 0.4]), 1), torch.zeros(3))
+    assert torch.equal(batch_renormalize(torch.tensor([3.0])), torch.zeros(1))
+
+
+def test_integer_rewards_become_float32():
+    rewards = torch.tensor([0, 1, 1, 0, 2, 2, 0, 1])
+    advantages = minimind_advantages(rewards, 4)
+    assert advantages.dtype == torch.float32
+    assert torch.equal(advantages, seed_formula(rewards.float(), 4))
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="groups of num_generations=3"):
+        minimind_advantages(torch.zeros(8), 3)
+    with pytest.raises(ValueError, match="groups of num_generations=0"):
+        minimind_advantages(torch.zeros(8), 0)
+    with pytest.raises(ValueError, match="inf"):
+        minimind_advantages(torch.tensor([0.0, float("inf")]), 2)
+
+
+def test_exported_from_the_trainer_module():
+    assert exported_from_trainer is minimind_advantages
