@@ -1,0 +1,172 @@
+"""MiniMind's RLAIF data as TRL prompt rows.
+
+MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
+`{"conversations": [{"content": ...}, {"content": ...}, ...]}`. The seed's `RLAIFDataset` (MiniMind2,
+`dataset/lm_dataset.py`) turns each line into a prompt and a reference answer:
+
+* roles are assigned by position, user for even turns and assistant for odd ones (any `role` in the data
+  is ignored);
+* the last turn is the reference `answer`; the turns before it are the prompt, rendered with the policy's
+  chat template and `add_generation_prompt=True`. No system turn is added by the dataset: MiniMind's
+  template inserts its default one (`You are a helpful assistant`).
+
+`load_rlaif_dataset` returns the same thing in TRL's conversational form, a `datasets.Dataset` with a
+`prompt` column (the message list; TRL renders it with the policy's template, as the seed did) and an
+`answer` column. Differences from upstream, on purpose:
+
+* `roles="data"` uses the roles written in the file instead of positions (newer MiniMind data carries them);
+* `system_prompt` adds an explicit system turn (the seed never does; MiniMind-3's loader adds a random one
+  for 20% of rows, and randomly toggles thinking, which we do not reproduce);
+* a conversation needs at least two turns (the seed would train on a prompt with no user turn);
+* bad rows are errors that name the file and line, never dropped silently (`skip_bad_rows=True` skips
+  them and logs how many and where).
+"""
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+ROLE_MODES = ("position", "data")
+VALID_ROLES = ("system", "user", "assistant")
+
+
+class RLAIFDataError(ValueError):
+    """A row of an RLAIF file that cannot become a prompt; the message names the file and line (or row)."""
+
+
+def conversation_to_row(
+    conversation: Any, where: str, *, roles: str = "position", system_prompt: str | None = None
+) -> dict[str, Any]:
+    """One RLAIF conversation as `{"prompt": [messages], "answer": str}`; `where` names it in errors."""
+    if not isinstance(conversation, list):
+        raise RLAIFDataError(f"{where}: 'conversations' must be a list of turns, got {type(conversation).__name__}")
+    if not conversation:
+        raise RLAIFDataError(f"{where}: empty conversation")
+    if len(conversation) < 2:
+        raise RLAIFDataError(f"{where}: a conversation needs a prompt turn and a reference answer, got 1 turn")
+    messages = []
+    for index, turn in enumerate(conversation):
+        if not isinstance(turn, Mapping):
+            raise RLAIFDataError(f"{where}: turn {index} must be an object, got {type(turn).__name__}")
+        content = turn.get("content")
+        if not isinstance(content, str):
+            raise RLAIFDataError(f"{where}: turn {index} has no string 'content' (got {content!r})")
+        if roles == "position":
+            role = "user" if index % 2 == 0 else "assistant"
+        else:
+            role = turn.get("role")
+            if role not in VALID_ROLES:
+                raise RLAIFDataError(f"{where}: turn {index} has role {role!r}, expected one of {VALID_ROLES}")
+        messages.append({"role": role, "content": content})
+    prompt = messages[:-1]
+    if system_prompt is not None:
+        prompt = [{"role": "system", "content": system_prompt}] + prompt
+    return {"prompt": prompt, "answer": messages[-1]["content"]}
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """(location, conversations or an exception) for each non-blank line of a JSON-lines file."""
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue  # blank lines hold no row
+            where = f"{path}:{line_number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                yield where, RLAIFDataError(f"{where}: malformed JSON ({error.msg} at column {error.colno})")
+                continue
+            if not isinstance(record, Mapping) or "conversations" not in record:
+                yield where, RLAIFDataError(f"{where}: no 'conversations' field")
+                continue
+            yield where, record["conversations"]
+
+
+def _dataset_records(dataset: datasets.Dataset, source: str) -> Iterator[tuple[str, Any]]:
+    if "conversations" not in dataset.column_names:
+        raise RLAIFDataError(f"{source}: no 'conversations' column (columns: {dataset.column_names})")
+    for index, conversations in enumerate(dataset["conversations"]):
+        where = f"{source} row {index}"
+        if conversations is None:
+            yield where, RLAIFDataError(f"{where}: no 'conversations' field")
+        else:
+            yield where, conversations
+
+
+def _rows(records: Iterable[tuple[str, Any]], roles: str, system_prompt: str | None, skip_bad_rows: bool, source: str):
+    rows, skipped = [], []
+    for where, conversations in records:
+        try:
+            if isinstance(conversations, RLAIFDataError):
+                raise conversations
+            rows.append(conversation_to_row(conversations, where, roles=roles, system_prompt=system_prompt))
+        except RLAIFDataError as error:
+            if not skip_bad_rows:
+                raise
+            skipped.append(str(error))
+    if skipped:
+        shown = "; ".join(skipped[:5]) + ("; ..." if len(skipped) > 5 else "")
+        logger.warning("%s: skipped %d bad row(s) of %d: %s", source, len(skipped), len(skipped) + len(rows), shown)
+    if not rows:
+        raise RLAIFDataError(f"{source}: no usable rows")
+    return rows, len(skipped)
+
+
+def load_rlaif_dataset(
+    path_or_hub_name: str | os.PathLike,
+    *,
+    split: str = "train",
+    data_files: str | list[str] | None = None,
+    revision: str | None = None,
+    roles: str = "position",
+    system_prompt: str | None = None,
+    skip_bad_rows: bool = False,
+) -> datasets.Dataset:
+    """Load MiniMind RLAIF conversations as a TRL dataset with `prompt` (messages) and `answer` columns.
+
+    Args:
+        path_or_hub_name: a local `.jsonl` file (read line by line, errors name the line), a folder written by
+            `Dataset.save_to_disk`, a local data folder, or a Hub dataset name (both read with
+            `datasets.load_dataset`; errors name the row), e.g. `"jingyaogong/minimind_dataset"` with
+            `data_files="rlaif-mini.jsonl"`.
+        split: split to read from folders and Hub datasets.
+        data_files: passed to `datasets.load_dataset` (which file(s) of a folder or Hub repo).
+        revision: Hub revision.
+        roles: `"position"` (the seed: user, assistant, user, ...) or `"data"` (each turn's `role` field).
+        system_prompt: prepend this system turn to every prompt (default: none; the chat template's default
+            system turn applies, as in the seed).
+        skip_bad_rows: skip malformed rows instead of raising; the number skipped (and where) is logged as a
+            warning and stored as `dataset.info.description`.
+
+    Raises:
+        RLAIFDataError: a malformed line, a row without `conversations`, an empty or one-turn conversation, a
+            turn without string `content` (naming the file and line, or the row).
+    """
+    if roles not in ROLE_MODES:
+        raise ValueError(f"roles must be one of {ROLE_MODES}, got {roles!r}")
+    path = Path(path_or_hub_name).expanduser()
+    source = str(path_or_hub_name)
+    if path.is_file():
+        records: Iterable[tuple[str, Any]] = _jsonl_records(path)
+    elif path.is_dir() and (path / "state.json").is_file():
+        records = _dataset_records(datasets.load_from_disk(str(path)), source)
+    elif path.is_dir() and (path / "dataset_dict.json").is_file():
+        records = _dataset_records(datasets.load_from_disk(str(path))[split], f"{source} [{split}]")
+    else:
+        dataset = datasets.load_dataset(str(path_or_hub_name), data_files=data_files, split=split, revision=revision)
+        records = _dataset_records(dataset, f"{source} [{split}]")
+    rows, skipped = _rows(records, roles, system_prompt, skip_bad_rows, source)
+    result = datasets.Dataset.from_list(rows)
+    if skipped:
+        result.info.description = f"{skipped} bad row(s) of {source} skipped"
+    return result
+
+
+__all__ = ["RLAIFDataError", "conversation_to_row", "load_rlaif_dataset"]
