@@ -5,6 +5,7 @@ code path, line by line) and serve as the oracle; the library code is compared w
 and random completions.
 """
 
+import json
 import random
 import re
 
@@ -363,3 +364,40 @@ def test_minimind_reward_funcs_builds_the_seed_terms():
     assert minimind_reward_funcs() == [format_reward, tag_count_reward]
     with pytest.raises(ValueError):
         minimind_reward_funcs(reasoning=False)
+
+
+def test_reward_funcs_inside_trls_grpo_trainer(tmp_path, tokenizer):
+    """One training step of stock TRL with the three seed terms: TRL's conversational prompts reach the reward
+    model with MiniMind's system turn, the scorer runs once per generation batch and each term is logged."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+    from minimind_trl.data import load_rlaif_dataset
+    from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.scorers import InternLM2Scorer
+
+    rows = [{"conversations": [{"content": "中国的首都是哪里？"}, {"content": "北京"}]}, {"conversations": [{"content": "2+3?"}, {"content": "5"}]}]
+    (tmp_path / "rlaif.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    inner = InternLM2Scorer.from_pretrained(write_tiny_internlm2_reward_model(tmp_path / "rm", num_hidden_layers=1))
+
+    class Spy:
+        calls = []
+
+        def score(self, conversations):
+            self.calls.append(conversations)
+            return inner.score(conversations)
+
+    config = MiniMindConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, vocab_size=len(tokenizer))
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4, num_generations=4,
+        max_completion_length=6, report_to=[], logging_steps=1, use_cpu=True, save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=MiniMindForCausalLM(config), reward_funcs=minimind_reward_funcs(Spy(), tokenizer=tokenizer), args=args,
+        train_dataset=load_rlaif_dataset(tmp_path / "rlaif.jsonl"), processing_class=tokenizer,
+    )
+    trainer.train()
+    assert len(Spy.calls) == 1 and len(Spy.calls[0]) >= 4
+    assert all(c[0] == {"role": "system", "content": "You are a helpful assistant"} and c[1]["role"] == "user" for c in Spy.calls[0])
+    logged = trainer.state.log_history[0]
+    assert {"rewards/format_reward/mean", "rewards/tag_count_reward/mean", "rewards/reward_model/mean"} <= set(logged)
