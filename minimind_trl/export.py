@@ -1,0 +1,428 @@
+"""MiniMind (Hugging Face folder or in-memory model) -> native `.pth`, Llama, Qwen3 or Qwen3-MoE.
+
+* ``native``: the state dict upstream MiniMind loads with `load_state_dict(strict=True)` (same keys,
+  both tied keys), plus a JSON sidecar of upstream `MiniMindConfig` kwargs, because a bare `.pth` does not
+  record the head count, RoPE or routing settings (`minimind-trl convert --config` reads it back).
+* ``llama`` (MiniMind2 dense), ``qwen3`` (MiniMind-3 dense), ``qwen3_moe`` (MiniMind-3 MoE): folders that
+  transformers' own classes load strictly with the same logits, which is what vLLM, SGLang, llama.cpp and
+  Ollama read. MiniMind's tensor names already are those architectures' names; only the config changes.
+  Experts are written per expert (`mlp.experts.E.gate_proj.weight`), the layout of Qwen3-MoE hub
+  checkpoints; transformers fuses them on load.
+
+Not expressible, so refused: MiniMind2 MoE (an unweighted always-on shared expert, top-k weights
+renormalised only when k > 1), MiniMind2 as Qwen3 (Qwen3 always applies a q/k RMSNorm MiniMind2 lacks) and
+MiniMind-3 as Llama (Llama has no q/k RMSNorm). Training-time differences that do not touch logits:
+Qwen3-MoE's load-balancing loss averages over layers and masks padding, MiniMind-3's sums unmasked.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from .configuration_minimind import MINIMIND2, MINIMIND3, UPSTREAM_YARN, MiniMindConfig
+from .convert import DTYPES, ConversionError, write_folder_atomically
+from .modeling_minimind import MiniMindForCausalLM
+
+FORMATS = ("native", "llama", "qwen3", "qwen3_moe")
+VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
+
+
+class ExportError(ConversionError):
+    """The model cannot be written in the requested format; the message says why and what can."""
+
+
+# --------------------------------------------------------------------------- native
+
+
+def to_native_state_dict(
+    model: torch.nn.Module | Mapping[str, torch.Tensor],
+    config: MiniMindConfig | None = None,
+    dtype: torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
+    """Upstream MiniMind's state dict for `model` (or a gathered state dict plus its config), on CPU.
+
+    Checked against the architecture: every upstream key (both tied keys included), nothing else, so a
+    trainer can call it at save time and upstream's `load_state_dict(strict=True)` accepts the result.
+    `dtype=torch.float16` gives what upstream's trainers save.
+    """
+    if isinstance(model, Mapping):
+        if config is None:
+            raise ExportError("to_native_state_dict: a bare state dict needs its MiniMindConfig")
+        state_dict = dict(model)
+    else:
+        config = model.config if config is None else config
+        state_dict = model.state_dict()
+    if getattr(config, "model_type", None) != "minimind":
+        raise ExportError(f"not a MiniMind model (model_type={getattr(config, 'model_type', None)!r})")
+    with torch.device("meta"):
+        skeleton = MiniMindForCausalLM(config).state_dict()
+    if config.tie_word_embeddings and "lm_head.weight" not in state_dict and "model.embed_tokens.weight" in state_dict:
+        state_dict["lm_head.weight"] = state_dict["model.embed_tokens.weight"]  # a deduplicated (safetensors) dict
+    missing = [key for key in skeleton if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in skeleton]
+    if missing or unexpected:
+        raise ExportError(
+            f"state dict does not match MiniMind's keys (a PEFT or wrapped model? merge adapters first): "
+            f"missing {missing[:6]}, unexpected {unexpected[:6]}"
+        )
+    return {key: state_dict[key].detach().to("cpu", dtype=dtype).contiguous() for key in skeleton}
+
+
+def upstream_config_kwargs(config: MiniMindConfig) -> dict:
+    """The upstream `MiniMindConfig(**kwargs)` of this model's generation (names of that generation).
+
+    Also what `minimind-trl convert --config` accepts, so a native export round-trips the whole config.
+    """
+    kwargs = {
+        "minimind_generation": config.minimind_generation,
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "vocab_size": config.vocab_size,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": config.hidden_act,
+        "max_position_embeddings": config.max_position_embeddings,
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_parameters["rope_theta"],
+        "inference_rope_scaling": config.rope_parameters["rope_type"] == "yarn",
+        "dropout": config.dropout,
+        "flash_attn": config.flash_attn,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_id,
+        "use_moe": config.use_moe,
+        "num_experts_per_tok": config.num_experts_per_tok,
+        "norm_topk_prob": config.norm_topk_prob,
+    }
+    rope = {k: v for k, v in config.rope_parameters.items() if k not in ("rope_theta", "rope_type")}
+    if kwargs["inference_rope_scaling"] and rope != {k: v for k, v in UPSTREAM_YARN.items() if k != "rope_type"}:
+        kwargs["rope_scaling"] = {"type": "yarn", **rope}  # non-default YaRN (minimind-trl extension)
+    if config.minimind_generation == MINIMIND2:
+        kwargs.update(
+            n_routed_experts=config.num_experts,
+            n_shared_experts=config.n_shared_experts,
+            scoring_func=config.scoring_func,
+            aux_loss_alpha=config.router_aux_loss_coef,
+            seq_aux=config.seq_aux,
+        )
+        if config.moe_intermediate_size != config.intermediate_size:
+            kwargs["moe_intermediate_size"] = config.moe_intermediate_size  # minimind-trl extension
+        if not config.tie_word_embeddings:
+            kwargs["tie_word_embeddings"] = False  # minimind-trl extension
+    else:
+        kwargs.update(
+            head_dim=config.head_dim,
+            tie_word_embeddings=config.tie_word_embeddings,
+            num_experts=config.num_experts,
+            moe_intermediate_size=config.moe_intermediate_size,
+            router_aux_loss_coef=config.router_aux_loss_coef,
+        )
+    return kwargs
+
+
+def export_native(
+    model: torch.nn.Module,
+    output_path: str | Path,
+    dtype: torch.dtype | None = None,
+    force: bool = False,
+    write_config: bool = True,
+) -> Path:
+    """Write `model` as upstream's `.pth` (+ `<stem>.config.json` with its upstream config kwargs), atomically."""
+    output_path = Path(output_path).absolute()
+    sidecar = native_sidecar_path(output_path)
+    targets = [output_path, sidecar] if write_config else [output_path]
+    for target in targets:
+        if target.exists() and (target.is_dir() or not force):
+            raise ExportError(f"{target} exists (use --force to replace a file)")
+    state_dict = to_native_state_dict(model, dtype=dtype)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    try:
+        tmp = _tmp_file(output_path)
+        written.append(tmp)
+        torch.save(state_dict, tmp)
+        if write_config:
+            tmp_config = _tmp_file(sidecar)
+            written.append(tmp_config)
+            tmp_config.write_text(json.dumps(upstream_config_kwargs(model.config), indent=2) + "\n")
+            os.replace(tmp_config, sidecar)
+        os.replace(tmp, output_path)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return output_path
+
+
+def native_sidecar_path(output_path: str | Path) -> Path:
+    output_path = Path(output_path)
+    return output_path.with_name(output_path.stem + ".config.json")
+
+
+def _tmp_file(target: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(name, 0o666 & ~umask)  # mkstemp files are private; the result should not be
+    return Path(name)
+
+
+# --------------------------------------------------------------------------- transformers architectures
+
+
+def _check_expressible(config: MiniMindConfig, fmt: str) -> None:
+    generation, moe = config.minimind_generation, config.use_moe
+    if generation == MINIMIND2 and moe:
+        raise ExportError(
+            f"--format {fmt}: MiniMind2 MoE has no transformers equivalent: its always-on shared expert is added "
+            f"unweighted, top-k weights are renormalised only when k > 1, and training uses a per-sequence "
+            f"balancing loss. Possible: --format native (upstream MiniMind), or this Hugging Face folder as is "
+            f"(AutoModelForCausalLM with minimind-trl installed, or trust_remote_code=True)."
+        )
+    wanted = {(MINIMIND2, False): "llama", (MINIMIND3, False): "qwen3", (MINIMIND3, True): "qwen3_moe"}
+    right = wanted[(generation, moe)]
+    if fmt != right:
+        why = {
+            "llama": "MiniMind-3 normalises queries and keys per head (q_norm/k_norm); Llama has no such norm",
+            "qwen3": "Qwen3 always applies a per-head q/k RMSNorm that MiniMind2 does not have"
+            if generation == MINIMIND2
+            else "this is a MoE model and Qwen3 is dense",
+            "qwen3_moe": "this is a dense model"
+            if moe is False
+            else "Qwen3-MoE always applies a per-head q/k RMSNorm that MiniMind2 does not have",
+        }[fmt]
+        name = f"{'MiniMind2' if generation == MINIMIND2 else 'MiniMind-3'} {'MoE' if moe else 'dense'}"
+        raise ExportError(f"--format {fmt}: {why}. {name} exports exactly as --format {right} (or native).")
+
+
+def export_rope_parameters(config: MiniMindConfig) -> dict:
+    """MiniMind's RoPE as transformers `rope_parameters`.
+
+    MiniMind applies YaRN only when `max_position_embeddings / original_max_position_embeddings > 1`;
+    transformers applies `rope_type="yarn"` unconditionally, so an inactive YaRN becomes plain RoPE.
+    """
+    rope = dict(config.rope_parameters)
+    if config.yarn_active:
+        return rope
+    if rope["rope_type"] == "yarn" and float(rope.get("attention_factor") or 1.0) != 1.0:
+        raise ExportError(
+            "YaRN with attention_factor != 1 that MiniMind does not apply to the frequencies (max_position_embeddings "
+            "<= original_max_position_embeddings) has no transformers rope_parameters equivalent"
+        )
+    return {"rope_type": "default", "rope_theta": rope["rope_theta"]}
+
+
+def transformers_config(config: MiniMindConfig, fmt: str):
+    """The transformers config (`LlamaConfig`, `Qwen3Config` or `Qwen3MoeConfig`) that computes what `config` does."""
+    _check_expressible(config, fmt)
+    common = dict(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        hidden_act=config.hidden_act,
+        max_position_embeddings=config.max_position_embeddings,
+        rms_norm_eps=config.rms_norm_eps,
+        rope_parameters=export_rope_parameters(config),
+        attention_bias=False,
+        attention_dropout=config.attention_dropout,
+        tie_word_embeddings=config.tie_word_embeddings,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        initializer_range=config.initializer_range,
+    )
+    if fmt == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(mlp_bias=False, **common)
+    if fmt == "qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config(use_sliding_window=False, **common)
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(
+        use_sliding_window=False,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        num_experts=config.num_experts,
+        num_experts_per_tok=config.num_experts_per_tok,
+        moe_intermediate_size=config.moe_intermediate_size,
+        norm_topk_prob=config.norm_topk_prob,
+        router_aux_loss_coef=config.router_aux_loss_coef,
+        **common,
+    )
+
+
+def write_portable_config(target_config, folder: Path) -> None:
+    """`save_pretrained` the config, plus the key names hub checkpoints use and transformers 4.x / engines read.
+
+    transformers 5 writes `rope_parameters`, `dtype` and (Qwen3-MoE) `num_local_experts`; real Qwen3 and
+    Llama checkpoints, older transformers, vLLM and llama.cpp's converter read `rope_theta`/`rope_scaling`,
+    `torch_dtype` and `num_experts`. transformers 5 loads either spelling (checked by `verify_export`).
+    """
+    target_config.save_pretrained(folder)
+    path = folder / "config.json"
+    data = json.loads(path.read_text())
+    rope = data["rope_parameters"]
+    data["rope_theta"] = rope["rope_theta"]
+    data["rope_scaling"] = None if rope["rope_type"] == "default" else {k: v for k, v in rope.items() if k != "rope_theta"}
+    data["torch_dtype"] = data["dtype"]
+    if "num_local_experts" in data:
+        data["num_experts"] = data.pop("num_local_experts")
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _target_class(fmt: str):
+    import transformers
+
+    return {
+        "llama": transformers.LlamaForCausalLM,
+        "qwen3": transformers.Qwen3ForCausalLM,
+        "qwen3_moe": transformers.Qwen3MoeForCausalLM,
+    }[fmt]
+
+
+def export_hf(
+    model: MiniMindForCausalLM,
+    output_dir: str | Path,
+    fmt: str,
+    dtype: torch.dtype | None = None,
+    tokenizer=None,
+    force: bool = False,
+    verify: bool = True,
+) -> Path:
+    """Write `model` as a `fmt` folder (config, safetensors, generation config, tokenizer), atomically.
+
+    With `verify`, the folder is loaded with transformers' own class before it is moved into place: strict
+    (no missing/unexpected/mis-shaped keys) and with fp32 logits within `VERIFY_ATOL` of MiniMind's.
+    """
+    from safetensors.torch import save_file
+
+    if fmt not in FORMATS[1:]:
+        raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    target_config = transformers_config(model.config, fmt)
+    dtype = model.dtype if dtype is None else dtype
+    target_config.dtype = dtype
+    tensors = {key: value.detach().to("cpu", dtype=dtype).contiguous() for key, value in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        del tensors["lm_head.weight"]  # tied: stored once, as in hub checkpoints
+
+    def write(folder: Path) -> None:
+        write_portable_config(target_config, folder)
+        model.generation_config.save_pretrained(folder)
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        if verify:
+            verify_export(model, folder, fmt, dtype)
+
+    return write_folder_atomically(output_dir, write, force=force)
+
+
+def verify_export(model: MiniMindForCausalLM, folder: str | Path, fmt: str, dtype: torch.dtype | None = None) -> float:
+    """Load `folder` with transformers' class for `fmt` (strict) and compare fp32 logits; return the max difference."""
+    exported, info = _target_class(fmt).from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
+    problems = {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
+    if problems:
+        raise ExportError(f"{folder}: transformers' {type(exported).__name__} does not load it strictly: {problems}")
+    reference = model
+    if dtype not in (None, torch.float32) or model.dtype != torch.float32:
+        # a fresh fp32 MiniMind holding the exported (rounded) weights; `.to(fp16).float()` would also round
+        # the RoPE frequency buffers, which the exported model recomputes in fp32
+        reference = MiniMindForCausalLM(model.config).float()
+        rounded = {k: v.to(dtype or model.dtype).float() for k, v in model.state_dict().items()}
+        reference.load_state_dict(rounded, strict=True)
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, model.config.vocab_size, (2, 16), generator=generator)
+    with torch.no_grad():
+        expected = reference.eval()(input_ids).logits
+        got = exported.eval()(input_ids).logits
+    diff = (got - expected).abs().max().item()
+    if not diff <= VERIFY_ATOL:
+        raise ExportError(f"{folder}: {type(exported).__name__} logits differ from MiniMind's by {diff:.3g}")
+    return diff
+
+
+# --------------------------------------------------------------------------- loading the source
+
+
+def load_minimind_folder(model_dir: str | Path) -> tuple[MiniMindForCausalLM, object | None]:
+    """A MiniMind `save_pretrained` folder, loaded strictly in its saved dtype, and its tokenizer if it has one."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise ExportError(f"{model_dir}: no config.json (expected a folder written by `minimind-trl convert` or save_pretrained)")
+    config = AutoConfig.from_pretrained(str(model_dir))
+    if config.model_type != "minimind":
+        raise ExportError(f"{model_dir}: model_type is {config.model_type!r}, not 'minimind'")
+    model, info = MiniMindForCausalLM.from_pretrained(str(model_dir), dtype="auto", output_loading_info=True)
+    problems = {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
+    if problems:
+        raise ExportError(f"{model_dir}: the weights do not match the config: {problems}")
+    tokenizer = None
+    if any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return model.eval(), tokenizer
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minimind-trl export",
+        description="Export a MiniMind Hugging Face folder: native (upstream .pth), llama (MiniMind2 dense), "
+        "qwen3 (MiniMind-3 dense) or qwen3_moe (MiniMind-3 MoE) for vLLM, SGLang, llama.cpp and Ollama.",
+    )
+    parser.add_argument("model_dir", help="MiniMind folder (from `minimind-trl convert`, training or save_pretrained)")
+    parser.add_argument("output", help="native: the .pth file to write; other formats: the folder to write")
+    parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
+    parser.add_argument(
+        "--dtype", default="auto", choices=[*DTYPES, "auto"],
+        help="weights dtype (default auto: the folder's; upstream's trainers save float16)",
+    )  # fmt: skip
+    parser.add_argument("--force", action="store_true", help="replace an existing output")
+    parser.add_argument(
+        "--no-verify", dest="verify", action="store_false",
+        help="skip loading the export with transformers' class and comparing logits before it is moved into place",
+    )  # fmt: skip
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
+    try:
+        model, tokenizer = load_minimind_folder(args.model_dir)
+        if args.fmt == "native":
+            export_native(model, args.output, dtype=dtype, force=args.force)
+            sidecar = native_sidecar_path(args.output)
+            print(f"wrote {args.output} (upstream MiniMind state dict) and {sidecar}")
+            print(f"back to Hugging Face: minimind-trl convert {args.output} DIR --config {sidecar}")
+            if tokenizer is not None:
+                print(f"note: the tokenizer stays in {args.model_dir}; upstream MiniMind reads it from its model/ folder")
+        else:
+            export_hf(model, args.output, args.fmt, dtype=dtype, tokenizer=tokenizer, force=args.force, verify=args.verify)
+            checked = " (checked: loads strictly, same logits)" if args.verify else ""
+            print(f"wrote {args.output} as {args.fmt}{checked}")
+    except ConversionError as exc:
+        print(f"minimind-trl export: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
