@@ -26,9 +26,11 @@ from minimind_trl.reward_models import (
     load_internlm2_state_dict,
     load_internlm2_tokenizer,
 )
+from minimind_trl.reward_models.internlm2 import resolve_dtype
 from minimind_trl.reward_models.tiny import (
     TINY_REWARD_TOKEN_ID,
     TINY_SPECIALS,
+    USER_DEFINED_PIECE,
     random_published_state_dict,
     tiny_config,
     write_tiny_internlm2_reward_model,
@@ -254,6 +256,15 @@ def test_loader_errors_name_the_file(tmp_path, tiny_folder):
         InternLM2RewardConfig(rope_scaling={"type": "yarn", "factor": 2.0})
     with pytest.raises(ValueError, match="dtype"):
         load_internlm2_reward_model(tiny_folder, dtype="int8")
+    with pytest.raises(NotADirectoryError, match="pass the folder"):
+        load_internlm2_reward_model(tiny_folder / "config.json")
+
+
+def test_default_dtype_is_the_checkpoints_on_gpu_and_float32_on_cpu(tiny_folder):
+    config = InternLM2RewardConfig.from_pretrained(tiny_folder)  # "torch_dtype": "float16", as published
+    assert resolve_dtype(None, config, torch.device("cuda")) == torch.float16
+    assert resolve_dtype("auto", config, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", config, torch.device("cpu")) == torch.bfloat16
 
 
 def test_config_reads_the_published_keys(tiny_folder):
@@ -329,6 +340,7 @@ TOKENIZER_TEXTS = [
     "a<s>b</s>c<unk>d",
     "<think>\nreason\n</think>\n<answer>\nok\n</answer>",
     "[UNUSED_TOKEN_130] is a control piece in SentencePiece",
+    f"a{USER_DEFINED_PIECE}b {USER_DEFINED_PIECE}{USER_DEFINED_PIECE} user-defined pieces are emitted whole",
     "",
     " ",
 ]
@@ -336,7 +348,7 @@ TOKENIZER_TEXTS = [
 
 def random_texts(count, seed=0):
     rng = random.Random(seed)
-    alphabet = list("abcxyz \n\t北京中国。?!0123") + ["<|im_start|>", "<|im_end|>", "<|reward|>", "<s>", "😀", "  ", "é", "▁"]
+    alphabet = list("abcxyz \n\t北京中国。?!0123") + ["<|im_start|>", "<|im_end|>", "<|reward|>", "<s>", "😀", "  ", "é", "▁", USER_DEFINED_PIECE]
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(count)]
 
 

@@ -21,6 +21,7 @@ import torch
 # Control pieces 3, 4, 5 of the tiny SentencePiece model, renamed like the published ones.
 TINY_SPECIALS = {0: "<unk>", 1: "<s>", 2: "</s>", 3: "<|reward|>", 4: "<|im_end|>", 5: "<|im_start|>"}
 TINY_REWARD_TOKEN_ID = 3
+USER_DEFINED_PIECE = "[UNUSED_TOKEN_141]"
 
 _CORPUS = (
     "You are a helpful assistant. Please think step by step, then answer.",
@@ -38,7 +39,7 @@ _CORPUS = (
 
 def train_tiny_sentencepiece(path: str | os.PathLike, *, vocab_size: int = 400, add_dummy_prefix: bool = False) -> Path:
     """Train a SentencePiece BPE model with InternLM2's settings (byte fallback, identity normalisation, no
-    whitespace collapsing, split digits) and control pieces at ids 3-5; return its path."""
+    whitespace collapsing, split digits), control pieces at ids 3-5 and one user-defined piece; return its path."""
     import sentencepiece as spm
 
     buffer = io.BytesIO()
@@ -55,6 +56,7 @@ def train_tiny_sentencepiece(path: str | os.PathLike, *, vocab_size: int = 400, 
         allow_whitespace_only_pieces=True,
         character_coverage=1.0,
         control_symbols=["[UNUSED_TOKEN_130]", "[UNUSED_TOKEN_145]", "[UNUSED_TOKEN_146]"],
+        user_defined_symbols=[USER_DEFINED_PIECE],  # SentencePiece emits these whole; the converter must too
         unk_id=0,
         bos_id=1,
         eos_id=2,
@@ -209,6 +211,7 @@ def write_tiny_internlm2_reward_model(
 __all__ = [
     "TINY_REWARD_TOKEN_ID",
     "TINY_SPECIALS",
+    "USER_DEFINED_PIECE",
     "random_published_state_dict",
     "tiny_config",
     "tiny_tokenizer_config",
