@@ -164,11 +164,41 @@ class SequenceClassifierScorer:
                 "SequenceClassifierScorer needs a pad token on both the tokenizer and model.config.pad_token_id "
                 "(the model finds each row's last token through it); set them, e.g. to the eos token"
             )
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("SequenceClassifierScorer needs a tokenizer with a chat template to render conversations")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_repo: str | os.PathLike,
+        *,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str | None = None,
+        revision: str | None = None,
+        batch_size: int = 8,
+    ) -> "SequenceClassifierScorer":
+        """Load a reward model and its tokenizer with the Auto classes (no remote code), frozen, in eval mode.
+
+        dtype None: float32 on CPU, the checkpoint's dtype elsewhere. A tokenizer without a pad token gets its
+        eos token as pad (as TRL does for reward models)."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        device = torch.device(device or "cpu")
+        if dtype is None:
+            dtype = torch.float32 if device.type == "cpu" else "auto"
+        model = AutoModelForSequenceClassification.from_pretrained(path_or_repo, dtype=dtype, revision=revision)
+        tokenizer = AutoTokenizer.from_pretrained(path_or_repo, revision=revision)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        model = model.to(device).eval().requires_grad_(False)
+        return cls(model, tokenizer, batch_size=batch_size)
 
     def score(self, conversations: list[Conversation]) -> list[float]:
         if not conversations:

@@ -192,3 +192,17 @@ def test_sequence_classifier_scorer_checks_the_model(classifier):
     )
     with pytest.raises(ValueError, match="pad"):
         SequenceClassifierScorer(no_pad, tokenizer)
+    no_template = build_minimind_tokenizer()
+    no_template.chat_template = None
+    with pytest.raises(ValueError, match="chat template"):
+        SequenceClassifierScorer(model, no_template)
+
+
+def test_sequence_classifier_from_pretrained(tmp_path, classifier):
+    model, tokenizer = classifier
+    model.save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    loaded = SequenceClassifierScorer.from_pretrained(tmp_path / "rm", batch_size=3)
+    assert not loaded.model.training and loaded.model.dtype == torch.float32
+    expected = SequenceClassifierScorer(model, tokenizer).score(CONVERSATIONS)
+    torch.testing.assert_close(loaded.score(CONVERSATIONS), expected, rtol=1e-5, atol=1e-6)
