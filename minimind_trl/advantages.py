@@ -46,21 +46,18 @@ def group_zscore(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
         )
     if num_generations == 1:  # one completion per prompt: no spread, nothing to compare against
         return torch.where(torch.isnan(rewards), rewards, torch.zeros_like(rewards))
-    nan = torch.isnan(rewards)
-    if not nan.any():  # the seed's operations, in its order
-        grouped = rewards.view(-1, num_generations)
-        mean = grouped.mean(dim=1).repeat_interleave(num_generations)
-        std = grouped.std(dim=1).repeat_interleave(num_generations)
-        return torch.clamp((rewards - mean) / (std + GROUP_STD_EPS), -CLAMP, CLAMP)
-
     grouped = rewards.view(-1, num_generations)
-    scorable = ~nan.view(-1, num_generations)
+    scorable = ~torch.isnan(grouped)
     count = scorable.sum(dim=1, keepdim=True)
-    mean = torch.where(scorable, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
-    squared = torch.where(scorable, (grouped - mean) ** 2, 0.0).sum(dim=1, keepdim=True)
-    std = torch.where(count > 1, (squared / (count - 1).clamp(min=1)).sqrt(), 0.0)
+    # Groups without NaN take the seed's operations (bit for bit); the others their scorable rows' statistics.
+    complete = count == num_generations
+    masked_mean = torch.where(scorable, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
+    mean = torch.where(complete, grouped.mean(dim=1, keepdim=True), masked_mean)
+    squared = torch.where(scorable, (grouped - masked_mean) ** 2, 0.0).sum(dim=1, keepdim=True)
+    masked_std = torch.where(count > 1, (squared / (count - 1).clamp(min=1)).sqrt(), 0.0)
+    std = torch.where(complete, grouped.std(dim=1, keepdim=True), masked_std)
     advantages = torch.clamp((grouped - mean) / (std + GROUP_STD_EPS), -CLAMP, CLAMP)
-    return advantages.reshape(-1)  # NaN rows stay NaN: NaN - mean is NaN
+    return advantages.reshape(-1)  # NaN rows stay NaN (NaN - mean), for the next stage to leave out
 
 
 def batch_renormalize(advantages: torch.Tensor) -> torch.Tensor:

@@ -199,6 +199,11 @@ def _reference_copy(model: torch.nn.Module) -> torch.nn.Module:
     autocast wrapper) that close over the ORIGINAL module: a deep copy would keep computing with the policy's
     live weights. Dropping them restores the class forward on the copy.
     """
+    if any(hasattr(parameter, "ds_id") for parameter in model.parameters()):
+        raise ValueError(
+            "The policy is an in-memory model already partitioned by DeepSpeed ZeRO-3, which cannot be copied for "
+            "the reference model; pass its path (or Hub id) so the reference is loaded like the policy."
+        )
     reference = copy.deepcopy(model)
     for attribute in ("forward", "_original_forward"):
         reference.__dict__.pop(attribute, None)
@@ -298,6 +303,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
         if self.args.advantage_estimator == "minimind":
+            if rewards_per_func is None:
+                raise RuntimeError("the rewards of this batch did not go through `_calculate_rewards`")
             output["advantages"] = self._minimind_advantages(rewards_per_func, len(output["advantages"]), mode)
         all_advantages = self.accelerator.gather(output["advantages"])
         if self.args.advantage_estimator == "minimind":  # the completions table shows the advantages trained on
