@@ -3,8 +3,9 @@
 
 Why: MiniMind's GRPO scores completions with `internlm2-1_8b-reward`, whose published modelling code is
 remote code written for transformers 4.x. On transformers 5 (which TRL 1.16 needs) it breaks, and one
-failure is silent: its RoPE `inv_freq` is a non-persistent buffer that transformers 5 materialises from the
-meta device without recomputing it, so the rotary angles come up as zeros and every score is wrong.
+reported failure is silent: its RoPE `inv_freq` is a non-persistent buffer that transformers 5 materialises
+from the meta device without recomputing it (the class is not one transformers knows to re-initialise), so
+the rotary angles come up as zeros and every score is wrong. The loader below rebuilds that buffer.
 
 This module re-implements the architecture on transformers' own pieces (Llama's RMSNorm, rotary embedding
 with transformers' RoPE-scaling functions, `apply_rotary_pos_emb`, the attention-function registry and

@@ -2,10 +2,11 @@
 
 The published `internlm2-1_8b-reward` ships `tokenizer.model` (SentencePiece BPE with byte fallback), a
 `tokenizer_config.json` that renames a few SentencePiece pieces to chat specials (92543 `<|im_start|>`,
-92542 `<|im_end|>`, 92527 `<|reward|>`, ...) and remote tokenizer classes. On transformers 5 the remote
-classes do not load and the generic conversion gets the pieces wrong, so this module builds the tokenizer
-from the SentencePiece proto itself with transformers' `SpmConverter.build_tokenizer_from_spm_proto`
-(which follows the model's own normalizer settings) and then:
+92542 `<|im_end|>`, 92527 `<|reward|>`, ...) and remote tokenizer classes (`auto_map`), so `AutoTokenizer`
+wants `trust_remote_code` (and stops to ask for it) and the remote classes were written for transformers 4.
+Rather than depend on how a given transformers version converts such a folder, this module builds the
+tokenizer from the SentencePiece proto itself with transformers' `SpmConverter.build_tokenizer_from_spm_proto`
+(which follows the model's own normalizer settings and user-defined pieces) and then:
 
 * renames pieces to the specials of `added_tokens_decoder` at their ids, and registers them as special
   added tokens (split out of the text before SentencePiece sees it, as the published slow tokenizer does);
@@ -67,7 +68,7 @@ def build_internlm2_tokenizer(
     (specials whose id is beyond the SentencePiece vocabulary are an error).
     """
     model_file = Path(sentencepiece_model)
-    proto = import_protobuf().ModelProto()
+    proto = import_protobuf("Reading InternLM2's tokenizer.model (pip install 'minimind-trl[sentencepiece]')").ModelProto()
     proto.ParseFromString(model_file.read_bytes())
     if proto.trainer_spec.model_type != _SPM_BPE:
         raise ValueError(f"{model_file}: InternLM2's tokenizer is a SentencePiece BPE model (model_type BPE)")
