@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
+from transformers.initialization import no_init_weights
 
 from .configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
 from .modeling_minimind import MiniMindForCausalLM
@@ -186,7 +187,8 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
     """Everything the tensors decide, as `MiniMindConfig` kwargs."""
     if EMBED_KEY not in state_dict:
         raise ConversionError(
-            f"{source}: not a MiniMind state dict (no {EMBED_KEY}); its keys look like {_preview(state_dict)}"
+            f"{source}: not a MiniMind state dict (no {EMBED_KEY}); its keys look like {_preview(state_dict)}. "
+            f"Expected the MiniMind2 / MiniMind-3 layout (2024 MiniMind-v1 names such as tok_embeddings are not supported)"
         )
     embed = _shape(state_dict, EMBED_KEY, source)
     if len(embed) != 2:
@@ -328,8 +330,10 @@ def model_from_state_dict(
     with torch.device("meta"):
         skeleton = MiniMindForCausalLM(config)
     check_state_dict(skeleton, state_dict, source)
-    model = MiniMindForCausalLM(config)
-    model.load_state_dict({key: value.to(torch.float32) for key, value in state_dict.items()}, strict=True)
+    with no_init_weights():  # every parameter is overwritten below; random init would cost seconds
+        model = MiniMindForCausalLM(config)
+    model.tie_weights()  # post_init ties only when it initialises
+    model.load_state_dict(state_dict, strict=True)  # copies into the fp32 parameters (fp16 -> fp32 is exact)
     if config.tie_word_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
         raise ConversionError("internal error: lm_head is not tied to the embeddings after loading")
     return model.eval()
