@@ -41,9 +41,7 @@ def group_zscore(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """
     rewards = _as_float(rewards)
     if num_generations < 1 or rewards.numel() % num_generations != 0:
-        raise ValueError(
-            f"{rewards.numel()} rewards cannot be split into groups of num_generations={num_generations}"
-        )
+        raise ValueError(f"{rewards.numel()} rewards cannot be split into groups of num_generations={num_generations}")
     if num_generations == 1:  # one completion per prompt: no spread, nothing to compare against
         return torch.where(torch.isnan(rewards), rewards, torch.zeros_like(rewards))
     grouped = rewards.view(-1, num_generations)

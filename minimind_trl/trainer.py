@@ -94,8 +94,8 @@ class MiniMindGRPOConfig(GRPOConfig):
     max_prompt_length: int | None = field(
         default=66,
         metadata={
-            "help": "Keep only the last `max_prompt_length` tokens of each prompt (left side dropped), like the seed's "
-            "`--max_seq_len`. `None` keeps whole prompts."
+            "help": "Keep only the last `max_prompt_length` tokens of each prompt (left side dropped), like the "
+            "seed's `--max_seq_len`. `None` keeps whole prompts."
         },
     )
     advantage_estimator: str = field(
@@ -139,7 +139,9 @@ class MiniMindGRPOConfig(GRPOConfig):
     temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (seed: 0.8)."})
     top_k: int = field(
         default=50,
-        metadata={"help": "Top-k sampling; 50 is what the seed implicitly used (transformers 4.x default). 0 disables."},
+        metadata={
+            "help": "Top-k sampling; 50 is what the seed implicitly used (transformers 4.x default). 0 disables."
+        },
     )
     beta: float = field(default=0.02, metadata={"help": "Weight of the k3 KL to the reference model (seed: 0.02)."})
     loss_type: str = field(
@@ -165,7 +167,9 @@ class MiniMindGRPOConfig(GRPOConfig):
         super().__post_init__()
 
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
-            raise ValueError(f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}.")
+            raise ValueError(
+                f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."
+            )
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
             raise ValueError(
                 f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
@@ -173,8 +177,9 @@ class MiniMindGRPOConfig(GRPOConfig):
         if self.advantage_estimator == "minimind":
             if self.scale_rewards != "group":
                 raise ValueError(
-                    f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator='minimind' (the seed's "
-                    "group z-score then batch re-normalisation). Use advantage_estimator='trl' for TRL's scaling."
+                    f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator='minimind' (the "
+                    "seed's group z-score then batch re-normalisation). Use advantage_estimator='trl' for TRL's "
+                    "scaling."
                 )
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
@@ -188,8 +193,6 @@ class MiniMindGRPOConfig(GRPOConfig):
                 "with the trainer's; with tempered_logprobs=False the trainer scores at temperature 1 and the ratio "
                 "would be biased. Set tempered_logprobs=True or vllm_importance_sampling_correction=False."
             )
-
-
 
 
 def _reference_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -313,7 +316,9 @@ class MiniMindGRPOTrainer(GRPOTrainer):
                 logged.pop()
             logged.extend(all_advantages.tolist())
         self._metrics[mode]["advantages/mean"].append(all_advantages.mean().item())
-        self._metrics[mode]["advantages/std"].append(all_advantages.std().item() if all_advantages.numel() > 1 else 0.0)
+        self._metrics[mode]["advantages/std"].append(
+            all_advantages.std().item() if all_advantages.numel() > 1 else 0.0
+        )
         return output
 
     def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:

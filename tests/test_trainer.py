@@ -16,7 +16,10 @@ from minimind_trl.tokenization import build_minimind_tokenizer
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
 PAD, EOS = 0, 2
-PROMPTS = ("What is the capital of France? Please think step by step.", "Explain why the sky is blue, then write a short poem.")
+PROMPTS = (
+    "What is the capital of France? Please think step by step.",
+    "Explain why the sky is blue, then write a short poem.",
+)
 
 
 @pytest.fixture(scope="module")
@@ -82,25 +85,31 @@ def seed_per_token_logps(model, input_ids, n_keep, attention_mask):
     logits = model(input_ids, attention_mask=attention_mask, logits_to_keep=n_keep + 1).logits[:, :-1, :]
     rows = [
         torch.gather(row_logits.log_softmax(dim=-1), 1, row_ids.unsqueeze(1)).squeeze(1)
-        for row_logits, row_ids in zip(logits, input_ids[:, -n_keep:])
+        for row_logits, row_ids in zip(logits, input_ids[:, -n_keep:], strict=True)
     ]
     return torch.stack(rows)
 
 
-def seed_loss(policy, reference, input_ids, completion_ids, rewards, num_generations, beta, accumulation, masked, loss_type):
+def seed_loss(
+    policy, reference, input_ids, completion_ids, rewards, num_generations, beta, accumulation, masked, loss_type
+):
     n_keep = completion_ids.size(1)
     completion_mask = seed_completion_mask(completion_ids)
     # The seed passes no attention mask; it only matters where padding follows the first EOS, and there we
     # apply the seed's arithmetic to correctly masked log-probs (a documented deviation).
     attention_mask = torch.cat([torch.ones_like(input_ids[:, :-n_keep]), completion_mask], dim=1) if masked else None
     per_token_logps = seed_per_token_logps(policy, input_ids, n_keep, attention_mask)
-    aux_loss = policy(input_ids, attention_mask=attention_mask).aux_loss if policy.config.use_moe else torch.tensor(0.0)
+    aux_loss = (
+        policy(input_ids, attention_mask=attention_mask).aux_loss if policy.config.use_moe else torch.tensor(0.0)
+    )
     with torch.no_grad():
         ref_per_token_logps = seed_per_token_logps(reference, input_ids, n_keep, attention_mask)
     advantages = seed_advantages(rewards, num_generations)
     kl_div = ref_per_token_logps - per_token_logps
     per_token_kl = torch.exp(kl_div) - kl_div - 1
-    per_token_loss = -(torch.exp(per_token_logps - per_token_logps.detach()) * advantages.unsqueeze(1) - beta * per_token_kl)
+    per_token_loss = -(
+        torch.exp(per_token_logps - per_token_logps.detach()) * advantages.unsqueeze(1) - beta * per_token_kl
+    )
     if loss_type == "grpo":  # the seed's aggregation
         policy_loss = ((per_token_loss * completion_mask).sum(dim=1) / completion_mask.sum(dim=1)).mean()
     else:  # TRL's "dapo": one token mean over the whole batch, same advantages
@@ -133,7 +142,7 @@ def stub_generation(trainer, completions, expected_prompt_length):
     def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         assert {len(ids) for ids in prompt_ids} == {expected_prompt_length}
         mask = seed_completion_mask(completions).bool()
-        return [row[m].tolist() for row, m in zip(completions, mask)], None
+        return [row[m].tolist() for row, m in zip(completions, mask, strict=True)], None
 
     trainer._generate_single_turn = generate
 
@@ -145,7 +154,13 @@ def assert_relative(actual, expected, tolerance, what):
 
 @pytest.mark.parametrize(
     "use_moe, masked, accumulation, loss_type",
-    [(False, True, 2, "grpo"), (True, True, 2, "grpo"), (False, False, 1, "grpo"), (True, False, 1, "grpo"), (False, True, 2, "dapo")],
+    [
+        (False, True, 2, "grpo"),
+        (True, True, 2, "grpo"),
+        (False, False, 1, "grpo"),
+        (True, False, 1, "grpo"),
+        (False, True, 2, "dapo"),
+    ],
     ids=["dense-eos", "moe-eos", "dense-full", "moe-full", "dense-eos-dapo"],
 )
 def test_loss_and_gradients_equal_seed_arithmetic(tokenizer, tmp_path, use_moe, masked, accumulation, loss_type):
@@ -153,7 +168,9 @@ def test_loss_and_gradients_equal_seed_arithmetic(tokenizer, tmp_path, use_moe, 
     reference = copy.deepcopy(model).eval()
     rows, completions, rewards = fixed_batch(tokenizer, masked)
     args = grpo_config(tmp_path, gradient_accumulation_steps=accumulation, temperature=0.8, loss_type=loss_type)
-    trainer = MiniMindGRPOTrainer(model, fixed_reward, args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = MiniMindGRPOTrainer(
+        model, fixed_reward, args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+    )
     with torch.no_grad():  # move the policy away from the reference so the KL term is not zero
         for parameter in trainer.model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.02)
@@ -175,7 +192,9 @@ def test_loss_and_gradients_equal_seed_arithmetic(tokenizer, tmp_path, use_moe, 
     prompt_ids = torch.tensor([tokenizer(text)["input_ids"][-6:] for text in PROMPTS]).repeat_interleave(4, dim=0)
     completion_ids = completions.masked_fill(seed_completion_mask(completions) == 0, PAD)
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    expected = seed_loss(policy, reference, input_ids, completion_ids, rewards, 4, 0.02, accumulation, masked, loss_type)
+    expected = seed_loss(
+        policy, reference, input_ids, completion_ids, rewards, 4, 0.02, accumulation, masked, loss_type
+    )
     expected.backward()
 
     assert torch.equal(inputs["prompt_ids"], prompt_ids) and torch.equal(inputs["completion_ids"], completion_ids)
@@ -233,9 +252,13 @@ def test_reference_of_an_in_memory_model_is_a_frozen_copy_of_the_object(tokenize
     input_ids = torch.cat([torch.randint(3, len(tokenizer), (8, 5)), completions], dim=1)
     expected = full_softmax_logps(model, input_ids, 7)
 
-    first = MiniMindGRPOTrainer(model, fixed_reward, grpo_config(tmp_path), train_dataset=dataset, processing_class=tokenizer)
+    first = MiniMindGRPOTrainer(
+        model, fixed_reward, grpo_config(tmp_path), train_dataset=dataset, processing_class=tokenizer
+    )
     # a second trainer on the same, already patched, object: its reference must not compute with the live policy
-    second = MiniMindGRPOTrainer(model, fixed_reward, grpo_config(tmp_path), train_dataset=dataset, processing_class=tokenizer)
+    second = MiniMindGRPOTrainer(
+        model, fixed_reward, grpo_config(tmp_path), train_dataset=dataset, processing_class=tokenizer
+    )
     for trainer in (first, second):
         reference = trainer.ref_model
         assert reference is not model and not reference.training
@@ -314,10 +337,18 @@ def test_train_dense_bf16_default_with_rule_rewards(tokenizer, tmp_path):
         return globals()["even_token_reward"](completion_ids)
 
     model = tiny_model(tokenizer)
-    args = grpo_config(tmp_path, bf16=True, learning_rate=1e-3, max_steps=2, save_steps=2, max_completion_length=8,
-                       max_prompt_length=16)
-    trainer = MiniMindGRPOTrainer(model, [even_token_reward, tag_count_reward], args, train_dataset=prompt_dataset(),
-                                  processing_class=tokenizer)
+    args = grpo_config(
+        tmp_path,
+        bf16=True,
+        learning_rate=1e-3,
+        max_steps=2,
+        save_steps=2,
+        max_completion_length=8,
+        max_prompt_length=16,
+    )
+    trainer = MiniMindGRPOTrainer(
+        model, [even_token_reward, tag_count_reward], args, train_dataset=prompt_dataset(), processing_class=tokenizer
+    )
     reference = {name: tensor.clone() for name, tensor in trainer.ref_model.state_dict().items()}
     initial, sampling, logs = run_and_check(trainer, steps=2, micro_batches_per_step=1)
     assert sampling and all(not training for training, _ in sampling)  # generation ran in eval mode, and nothing else
@@ -331,10 +362,19 @@ def test_train_dense_bf16_default_with_rule_rewards(tokenizer, tmp_path):
 
 def test_train_moe_one_forward_per_micro_batch(tokenizer, tmp_path):
     model = tiny_model(tokenizer, use_moe=True)
-    args = grpo_config(tmp_path, learning_rate=1e-3, max_steps=1, save_steps=1, gradient_accumulation_steps=2,
-                       per_device_train_batch_size=4, max_completion_length=6, max_prompt_length=16)
-    trainer = MiniMindGRPOTrainer(model, even_token_reward, args, train_dataset=prompt_dataset(),
-                                  processing_class=tokenizer)
+    args = grpo_config(
+        tmp_path,
+        learning_rate=1e-3,
+        max_steps=1,
+        save_steps=1,
+        gradient_accumulation_steps=2,
+        per_device_train_batch_size=4,
+        max_completion_length=6,
+        max_prompt_length=16,
+    )
+    trainer = MiniMindGRPOTrainer(
+        model, even_token_reward, args, train_dataset=prompt_dataset(), processing_class=tokenizer
+    )
     assert not trainer.aux_loss_enabled  # TRL's Mixtral-style router-logit path stays off for MiniMind
     initial, sampling, logs = run_and_check(trainer, steps=1, micro_batches_per_step=2)
     assert all(not training for training, _ in sampling)
@@ -350,11 +390,18 @@ def test_train_lora_trains_adapters_against_the_disabled_adapter_reference(token
     before = {id(obj) for obj in gc.get_objects() if type(obj) is MiniMindForCausalLM}
     model = tiny_model(tokenizer)
     base_weights = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    args = grpo_config(tmp_path, learning_rate=1e-2, max_steps=2, save_steps=2, max_completion_length=6,
-                       max_prompt_length=16)
+    args = grpo_config(
+        tmp_path, learning_rate=1e-2, max_steps=2, save_steps=2, max_completion_length=6, max_prompt_length=16
+    )
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = MiniMindGRPOTrainer(model, even_token_reward, args, train_dataset=prompt_dataset(),
-                                  processing_class=tokenizer, peft_config=peft_config)
+    trainer = MiniMindGRPOTrainer(
+        model,
+        even_token_reward,
+        args,
+        train_dataset=prompt_dataset(),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
     assert trainer.ref_model is None
     trainable = [name for name, parameter in trainer.model.named_parameters() if parameter.requires_grad]
     assert trainable and all(".lora_" in name for name in trainable)
@@ -380,8 +427,10 @@ def test_train_lora_trains_adapters_against_the_disabled_adapter_reference(token
     with trainer.model.disable_adapter():
         trainer.model.eval()
         torch.testing.assert_close(
-            logps_of(trainer, trainer.model, input_ids, 6), full_softmax_logps(initial_model.eval(), input_ids, 6),
-            rtol=1e-5, atol=1e-5,
+            logps_of(trainer, trainer.model, input_ids, 6),
+            full_softmax_logps(initial_model.eval(), input_ids, 6),
+            rtol=1e-5,
+            atol=1e-5,
         )
 
 
@@ -408,8 +457,13 @@ def test_cosine_with_min_lr_is_the_seeds_cosine_annealing():
     parameter = torch.nn.Parameter(torch.zeros(1))
     ours = torch.optim.AdamW([parameter], lr=8e-8)
     seeds = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=8e-8)
-    scheduler = get_scheduler("cosine_with_min_lr", ours, num_warmup_steps=0, num_training_steps=37,
-                              scheduler_specific_kwargs={"min_lr_rate": 0.1})
+    scheduler = get_scheduler(
+        "cosine_with_min_lr",
+        ours,
+        num_warmup_steps=0,
+        num_training_steps=37,
+        scheduler_specific_kwargs={"min_lr_rate": 0.1},
+    )
     annealing = torch.optim.lr_scheduler.CosineAnnealingLR(seeds, T_max=37, eta_min=8e-8 / 10)
     for _ in range(37):
         assert ours.param_groups[0]["lr"] == pytest.approx(seeds.param_groups[0]["lr"], rel=1e-9)
@@ -435,18 +489,32 @@ def test_trainer_refuses_plain_grpo_config_and_mixtral_aux_coef(tokenizer, tmp_p
     rows, _, _ = fixed_batch(tokenizer, masked=False)
     dataset = Dataset.from_list(rows)
     with pytest.raises(TypeError, match="MiniMindGRPOConfig"):
-        MiniMindGRPOTrainer(tiny_model(tokenizer), fixed_reward, GRPOConfig(str(tmp_path), use_cpu=True),
-                            train_dataset=dataset, processing_class=tokenizer)
+        MiniMindGRPOTrainer(
+            tiny_model(tokenizer),
+            fixed_reward,
+            GRPOConfig(str(tmp_path), use_cpu=True),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
     with pytest.raises(ValueError, match="router_aux_loss_coef"):  # TRL's coefficient is Mixtral's, not MiniMind's
-        MiniMindGRPOTrainer(tiny_model(tokenizer, use_moe=True), fixed_reward,
-                            grpo_config(tmp_path, router_aux_loss_coef=0.5), train_dataset=dataset,
-                            processing_class=tokenizer)
+        MiniMindGRPOTrainer(
+            tiny_model(tokenizer, use_moe=True),
+            fixed_reward,
+            grpo_config(tmp_path, router_aux_loss_coef=0.5),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
 
 
 def test_whole_prompts_without_max_prompt_length(tokenizer, tmp_path):
     rows, _, _ = fixed_batch(tokenizer, masked=False)
-    trainer = MiniMindGRPOTrainer(tiny_model(tokenizer), fixed_reward, grpo_config(tmp_path, max_prompt_length=None),
-                                  train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = MiniMindGRPOTrainer(
+        tiny_model(tokenizer),
+        fixed_reward,
+        grpo_config(tmp_path, max_prompt_length=None),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
     prompt_ids, _, _ = trainer._tokenize_prompts(list(PROMPTS))
     assert [len(ids) for ids in prompt_ids] == [len(tokenizer(text)["input_ids"]) for text in PROMPTS]
     assert min(len(ids) for ids in prompt_ids) > 6
@@ -455,8 +523,13 @@ def test_whole_prompts_without_max_prompt_length(tokenizer, tmp_path):
 def test_log_probs_attend_with_the_mask(tokenizer, tmp_path):
     """The seed's log-prob forward passes no attention mask, so left padding leaks into a row; ours does not."""
     rows, _, _ = fixed_batch(tokenizer, masked=False)
-    trainer = MiniMindGRPOTrainer(tiny_model(tokenizer), fixed_reward, grpo_config(tmp_path),
-                                  train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = MiniMindGRPOTrainer(
+        tiny_model(tokenizer),
+        fixed_reward,
+        grpo_config(tmp_path),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
     trainer.model.eval()
     short, long = torch.randint(3, len(tokenizer), (1, 9)), torch.randint(3, len(tokenizer), (1, 13))
     padded = torch.cat([torch.cat([torch.full((1, 4), PAD), short], dim=1), long])
