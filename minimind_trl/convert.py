@@ -63,7 +63,6 @@ _ALIASES = {"n_routed_experts": "num_experts", "aux_loss_alpha": "router_aux_los
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 _LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.")
-_EXPERT_KEY = re.compile(r"^model\.layers\.0\.mlp\.experts\.(\d+)\.")
 _SHARED_KEY = re.compile(r"^model\.layers\.0\.mlp\.shared_experts\.(\d+)\.")
 EMBED_KEY, LM_HEAD_KEY = "model.embed_tokens.weight", "lm_head.weight"
 

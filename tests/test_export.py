@@ -170,8 +170,8 @@ def test_export_loads_strictly_in_transformers_with_equal_logits(name, tmp_path,
 
 
 REFUSALS = {
-    "minimind2-moe-as-llama": ("minimind2", True, "llama", "MiniMind2 MoE has no transformers equivalent"),
-    "minimind2-moe-as-qwen3_moe": ("minimind2", True, "qwen3_moe", "shared expert is added unweighted"),
+    "minimind2-moe-as-llama": ("minimind2", True, "llama", "MiniMind2 MoE cannot be written as Llama, Qwen3 or Qwen3-MoE"),
+    "minimind2-moe-as-qwen3_moe": ("minimind2", True, "qwen3_moe", "shared expert unweighted"),
     "minimind2-dense-as-qwen3": ("minimind2", False, "qwen3", "exports exactly as --format llama"),
     "minimind3-dense-as-llama": ("minimind3", False, "llama", "Llama has no such norm"),
     "minimind3-dense-as-qwen3_moe": ("minimind3", False, "qwen3_moe", "exports exactly as --format qwen3"),
