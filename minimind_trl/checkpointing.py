@@ -1,0 +1,219 @@
+"""Crash-safe checkpoints and honest resumes for `minimind-trl grpo`.
+
+transformers' `Trainer._save_checkpoint` writes straight into `<output_dir>/checkpoint-N`, file after file, so
+a run killed while saving leaves a half-written `checkpoint-N` that `resume_from_checkpoint` (and
+`get_last_checkpoint`) would pick as the newest one. `AtomicCheckpointMixin` lets the Trainer write the whole
+checkpoint into `<output_dir>/_staging/checkpoint-N` (every rank, DeepSpeed shards included), waits for all
+ranks, then renames it into place: a `checkpoint-N` folder exists only once it is complete. (`_staging` starts
+with `_`, which the Trainer's Hub uploads ignore.)
+
+Each checkpoint also records the batch geometry of the run (`minimind_run.json`), so a resume on a different
+number of processes can be checked: it continues exactly where the data left off only if the global
+generation batch is unchanged (TRL's sampler draws the prompt order for the global batch).
+"""
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
+
+logger = logging.getLogger(__name__)
+
+STAGING_DIR = "_staging"
+RUN_INFO_NAME = "minimind_run.json"
+LAST_CHECKPOINT_ALIASES = ("last", "latest", "true")
+
+
+class ResumeError(ValueError):
+    """A checkpoint that cannot be resumed with the current arguments."""
+
+
+@dataclass(frozen=True)
+class BatchGeometry:
+    """How a run splits its batches over processes (what a resume must agree with)."""
+
+    world_size: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    steps_per_generation: int
+    generation_batch_size: int
+    num_generations: int
+    num_iterations: int
+    distributed_type: str
+
+    @classmethod
+    def from_args(cls, args) -> "BatchGeometry":
+        return cls(
+            world_size=args.world_size,
+            per_device_train_batch_size=args.per_device_train_batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            steps_per_generation=args.steps_per_generation,
+            generation_batch_size=args.generation_batch_size,
+            num_generations=args.num_generations,
+            num_iterations=args.num_iterations,
+            distributed_type=str(args.distributed_state.distributed_type),
+        )
+
+    @property
+    def global_batch_size(self) -> int:
+        """Completions per optimizer step over all processes."""
+        return self.per_device_train_batch_size * self.world_size * self.gradient_accumulation_steps
+
+
+class AtomicCheckpointMixin:
+    """Mixin for a `transformers.Trainer` subclass: checkpoints appear only when complete (see module doc)."""
+
+    _staging_checkpoint = False
+    _staged_push = None
+
+    def _get_output_dir(self, trial) -> str:
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # Hub pushes of a checkpoint upload its folder in the background: start them from the final folder only.
+        if self._staging_checkpoint:
+            self._staged_push = checkpoint_folder
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = os.path.join(run_dir, STAGING_DIR, name), os.path.join(run_dir, name)
+        if self.args.should_save and os.path.exists(staged):
+            shutil.rmtree(staged)  # left over by a run killed while saving
+        self.accelerator.wait_for_everyone()
+
+        self._staging_checkpoint, self._staged_push = True, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_checkpoint = False
+        if self.args.should_save:
+            with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
+                json.dump(asdict(BatchGeometry.from_args(self.args)), f, indent=2)
+
+        self.accelerator.wait_for_everyone()  # every rank has written its part
+        if self.args.should_save:
+            publish_folder(staged, final)
+            staging_root = os.path.dirname(staged)
+            if not os.listdir(staging_root):
+                os.rmdir(staging_root)
+            if self.state.best_model_checkpoint == staged:
+                self.state.best_model_checkpoint = final
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
+            if self._staged_push is not None:
+                super()._push_from_checkpoint(final)
+        self.accelerator.wait_for_everyone()
+
+
+def publish_folder(staged: str, final: str) -> None:
+    """Rename a complete folder into place, replacing an older `final` only once the new one is there."""
+    if os.path.exists(final):
+        retired = f"{final}.replaced"
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(final, retired)
+        os.replace(staged, final)
+        shutil.rmtree(retired)
+    else:
+        os.replace(staged, final)
+
+
+def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: str) -> str | None:
+    """`--resume_from_checkpoint` as a folder: `last`/`latest`/`true` mean the newest complete checkpoint."""
+    if resume_from_checkpoint is None or str(resume_from_checkpoint).lower() in ("", "false", "none"):
+        return None
+    if str(resume_from_checkpoint).lower() in LAST_CHECKPOINT_ALIASES:
+        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if last is None:
+            raise ResumeError(
+                f"resume_from_checkpoint={resume_from_checkpoint}: no checkpoint-N folder in {output_dir}"
+            )
+        return last
+    if not os.path.isdir(resume_from_checkpoint):
+        raise ResumeError(f"resume_from_checkpoint: {resume_from_checkpoint} is not a folder")
+    if not os.path.isfile(os.path.join(resume_from_checkpoint, "trainer_state.json")):
+        raise ResumeError(
+            f"resume_from_checkpoint: {resume_from_checkpoint} has no trainer_state.json (not a checkpoint)"
+        )
+    return resume_from_checkpoint
+
+
+def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
+    """Refuse a resume that cannot continue the data where it stopped; say what changes when it can.
+
+    Returns the checkpoint's geometry (None for checkpoints written without it).
+    """
+    path = os.path.join(checkpoint, RUN_INFO_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        saved = BatchGeometry(**json.load(f))
+    now = BatchGeometry.from_args(args)
+    if saved.generation_batch_size != now.generation_batch_size or saved.global_batch_size != now.global_batch_size:
+        per_device = saved.global_batch_size / (now.world_size * now.gradient_accumulation_steps)
+        hint = (
+            f"set per_device_train_batch_size={int(per_device)}"
+            if per_device.is_integer()
+            else "choose per_device_train_batch_size x gradient_accumulation_steps to match"
+        )
+        raise ResumeError(
+            f"{checkpoint} was written by {saved.world_size} process(es) x {saved.per_device_train_batch_size} "
+            f"completions x {saved.gradient_accumulation_steps} accumulation steps (global batch "
+            f"{saved.global_batch_size}, generation batch {saved.generation_batch_size}); this run has "
+            f"{now.world_size} x {now.per_device_train_batch_size} x {now.gradient_accumulation_steps} (global batch "
+            f"{now.global_batch_size}, generation batch {now.generation_batch_size}). The step counter and the "
+            f"prompt order are per global batch, so keep it: {hint}."
+        )
+    if saved.world_size != now.world_size:
+        if "DEEPSPEED" in (saved.distributed_type, now.distributed_type):
+            raise ResumeError(
+                f"{checkpoint}: DeepSpeed checkpoints are partitioned per process ({saved.world_size} here, "
+                f"{now.world_size} now); resume them with the same number of processes, or start a new run from "
+                f"the checkpoint's weights (zero_to_fp32.py in the checkpoint folder)."
+            )
+        logger.warning(
+            "Resuming a %d-process checkpoint on %d process(es): weights, optimizer, scheduler and the prompt order "
+            "continue exactly (same global batch); the sampling RNG is per process and restarts from the seed.",
+            saved.world_size,
+            now.world_size,
+        )
+    return saved
+
+
+def check_generation_alignment(args) -> None:
+    """Warn when checkpoints can fall inside a generation batch that TRL reuses over several steps.
+
+    TRL regenerates after resuming (its buffer is not saved), so a resume is exact only from a step where the
+    uninterrupted run would have generated too.
+    """
+    generate_every = args.steps_per_generation * args.num_iterations
+    save_steps = args.save_steps
+    if args.save_strategy != "steps" or generate_every == 1 or save_steps < 1:
+        return
+    if (int(save_steps) * args.gradient_accumulation_steps) % generate_every:
+        logger.warning(
+            "save_steps=%s x gradient_accumulation_steps=%d is not a multiple of steps_per_generation x "
+            "num_iterations = %d: a run resumed from such a checkpoint regenerates completions the uninterrupted run "
+            "would have reused, so it is not an exact continuation.",
+            save_steps,
+            args.gradient_accumulation_steps,
+            generate_every,
+        )
+
+
+__all__ = [
+    "AtomicCheckpointMixin",
+    "BatchGeometry",
+    "ResumeError",
+    "RUN_INFO_NAME",
+    "STAGING_DIR",
+    "check_generation_alignment",
+    "check_resume_geometry",
+    "publish_folder",
+    "resolve_resume_checkpoint",
+]

@@ -1,0 +1,239 @@
+"""Hand-off of a trained policy: the model card of a run and the checks before pushing it to the Hub.
+
+TRL writes a generic card (`README.md` in `output_dir`) at every checkpoint and before a push. `RunCard` holds
+what a reader of a MiniMind GRPO model needs on top — the base model, the recipe, the reward functions and
+their weights, the final metrics and how far the settings follow MiniMind's `train_grpo.py` — and
+`extend_model_card` adds it to TRL's card. `check_push_folder` makes sure a pushed folder loads without this
+package: weights as safetensors, a tokenizer, and `config.json` with `auto_map` next to the modeling code.
+"""
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+
+# (setting, seed flag, the seed's value) -- MiniMind's train_grpo.py defaults; tests check them against
+# MiniMindGRPOConfig's defaults so the two cannot drift apart.
+SEED_SETTINGS = (
+    ("learning_rate", "--learning_rate", 8e-8),
+    ("lr_scheduler_type", "CosineAnnealingLR(eta_min=lr/10)", "cosine_with_min_lr"),
+    ("max_grad_norm", "--grad_clip", 1.0),
+    ("weight_decay", "AdamW default", 0.01),
+    ("num_train_epochs", "--epochs", 1.0),
+    ("per_device_train_batch_size", "--batch_size 2 x --num_generations 8", 16),
+    ("gradient_accumulation_steps", "--accumulation_steps", 1),
+    ("num_generations", "--num_generations", 8),
+    ("max_prompt_length", "--max_seq_len", 66),
+    ("max_completion_length", "--max_gen_len", 1536),
+    ("temperature", "generate(temperature=0.8)", 0.8),
+    ("top_k", "transformers 4.x generate default", 50),
+    ("beta", "--beta", 0.02),
+    ("loss_type", "masked token mean per completion", "grpo"),
+    ("advantage_estimator", "group z-score, clamp, batch z-score", "minimind"),
+    ("tempered_logprobs", "log-probs of untempered logits", False),
+    ("num_iterations", "one update per generation", 1),
+    ("use_bias_correction_kl", "plain k3 KL", False),
+    ("bf16", "--dtype bfloat16", True),
+    ("seed", "setup_seed(42)", 42),
+)
+SEED_SCRIPT_SETTINGS = (
+    ("reasoning", "--reasoning", True),
+    ("reward_model_clip", "scale = 3.0", 3.0),
+)
+CARD_SECTION_TITLE = "## MiniMind GRPO run"
+
+
+class PushCheckError(ValueError):
+    """A folder that would reach the Hub without what people need to load it."""
+
+
+@dataclass
+class RunCard:
+    """What the model card says about a run (filled by `build_trainer`)."""
+
+    base_model: str
+    recipe: str | None = None
+    recipe_text: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    reward_funcs: list[str] = field(default_factory=list)
+    reward_weights: list[float] = field(default_factory=list)
+    reward_model: str | None = None
+    dataset: str | None = None
+    lora: dict | None = None
+    settings: list[tuple] = field(default_factory=list)  # (setting, this run, seed, seed flag)
+
+
+def seed_settings(training_args, script_args) -> list[tuple]:
+    """(setting, this run's value, the seed's value, seed flag) for every parity-relevant setting."""
+    rows = [(name, getattr(training_args, name, None), value, flag) for name, flag, value in SEED_SETTINGS]
+    rows += [(name, getattr(script_args, name, None), value, flag) for name, flag, value in SEED_SCRIPT_SETTINGS]
+    return rows
+
+
+def _fmt(value) -> str:
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, Enum):
+        a = a.value
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return a == b
+
+
+CARD_METRICS = (
+    "step",
+    "epoch",
+    "reward",
+    "reward_std",
+    "kl",
+    "loss",
+    "completions/mean_length",
+    "entropy",
+    "learning_rate",
+)
+
+
+def final_metrics(log_history: list[dict]) -> dict:
+    """The last logged training metrics (step, rewards, KL, loss, length, ...) and the run summary."""
+    last = next((entry for entry in reversed(log_history) if "reward" in entry), {})
+    metrics = {key: last[key] for key in CARD_METRICS if key in last}
+    metrics.update({key: value for key, value in last.items() if key.startswith("rewards/") and key.endswith("/mean")})
+    summary = next((entry for entry in reversed(log_history) if "train_runtime" in entry), {})
+    for key in ("train_runtime", "train_loss", "total_flos"):
+        if key in summary:
+            metrics[key] = summary[key]
+    return metrics
+
+
+def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str | None) -> str:
+    lines = [CARD_SECTION_TITLE, ""]
+    lines.append(f"- **Base model:** `{card.base_model}`")
+    if card.dataset:
+        lines.append(f"- **Data:** `{card.dataset}`")
+    if card.recipe:
+        lines.append(
+            f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
+        )
+    if card.lora:
+        lines.append(f"- **LoRA:** {', '.join(f'{k}={v}' for k, v in card.lora.items())}")
+    lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
+    weights = card.reward_weights or [1.0] * len(card.reward_funcs)
+    for name, weight in zip(card.reward_funcs, weights):
+        shown = f"{name} (`{card.reward_model}`)" if name == "reward_model" and card.reward_model else name
+        lines.append(f"| {shown} | {_fmt(float(weight))} |")
+
+    metrics = final_metrics(log_history)
+    lines += ["", "### Final metrics", ""]
+    if metrics:
+        lines += ["| metric | value |", "|---|---|"]
+        lines += [f"| {key} | {_fmt(value)} |" for key, value in metrics.items()]
+    else:
+        lines.append("No metrics were logged.")
+
+    lines += [
+        "",
+        "### Settings against MiniMind's `train_grpo.py` (seed parity)",
+        "",
+        "| setting | this run | seed | seed flag | same |",
+        "|---|---|---|---|---|",
+    ]
+    for name, value, seed_value, flag in card.settings:
+        lines.append(
+            f"| {name} | {_fmt(value)} | {_fmt(seed_value)} | {flag} | {'yes' if _same(value, seed_value) else 'no'} |"
+        )
+
+    repo = hub_model_id or "path/to/this/folder"
+    lines += [
+        "",
+        "### Loading",
+        "",
+        "With `pip install minimind-trl`, `import minimind_trl` registers MiniMind with transformers' Auto classes.",
+        "Without it, the modeling code shipped here loads with `trust_remote_code=True`:",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f'model = AutoModelForCausalLM.from_pretrained("{repo}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}")',
+        "```",
+    ]
+    if card.recipe_text:
+        lines += [
+            "",
+            "<details><summary>Recipe</summary>",
+            "",
+            "```yaml",
+            card.recipe_text.rstrip(),
+            "```",
+            "",
+            "</details>",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def extend_model_card(readme_path: str, section: str, base_model: str) -> None:
+    """Insert the run section into TRL's card (before its "Training procedure"), replacing an older one."""
+    with open(readme_path, encoding="utf-8") as f:
+        text = f.read()
+    if CARD_SECTION_TITLE in text:  # a card written at an earlier checkpoint
+        start = text.index(CARD_SECTION_TITLE)
+        end = text.find("\n## Training procedure", start)
+        text = text[:start] + (text[end + 1 :] if end != -1 else "")
+    # TRL links the base model only when it is a Hub id; say what it was otherwise.
+    text = text.replace("[None](https://huggingface.co/None)", f"`{base_model}`")
+    text = text.replace('model="None"', 'model="path/to/this/folder"')
+    anchor = text.find("## Training procedure")
+    text = text[:anchor] + section + "\n" + text[anchor:] if anchor != -1 else text.rstrip() + "\n\n" + section
+    tmp = f"{readme_path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, readme_path)
+
+
+def check_push_folder(folder: str) -> list[str]:
+    """Check that `folder` loads without minimind-trl; returns the files that make it loadable."""
+    if os.path.isfile(os.path.join(folder, "adapter_config.json")):
+        required = ["adapter_config.json", "adapter_model.safetensors"]
+    else:
+        config_path = os.path.join(folder, "config.json")
+        if not os.path.isfile(config_path):
+            raise PushCheckError(f"{folder} has no config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        auto_map = config.get("auto_map") or {}
+        missing = [name for name in ("AutoConfig", "AutoModelForCausalLM") if name not in auto_map]
+        if missing:
+            raise PushCheckError(
+                f"{config_path}: auto_map lacks {missing}; people without minimind-trl could not load it"
+            )
+        modules = sorted({reference.split(".")[0] + ".py" for reference in auto_map.values()})
+        weights = (
+            "model.safetensors.index.json"
+            if os.path.isfile(os.path.join(folder, "model.safetensors.index.json"))
+            else "model.safetensors"
+        )
+        required = ["config.json", weights, *modules]
+    required += ["tokenizer.json", "tokenizer_config.json"]
+    absent = [name for name in required if not os.path.isfile(os.path.join(folder, name))]
+    if absent:
+        raise PushCheckError(f"{folder} lacks {absent}; refusing to push an incomplete model")
+    return required
+
+
+__all__ = [
+    "CARD_SECTION_TITLE",
+    "PushCheckError",
+    "RunCard",
+    "SEED_SETTINGS",
+    "check_push_folder",
+    "extend_model_card",
+    "final_metrics",
+    "render_run_section",
+    "seed_settings",
+]

@@ -1,0 +1,163 @@
+"""Where the policy comes from: a `save_pretrained` folder, a Hub id, or a native MiniMind `.pth`.
+
+TRL builds the policy *and* its frozen reference model from a path (`from_pretrained`, under DeepSpeed ZeRO-3
+already partitioned at load), so a native `.pth` is first converted by the same code as `minimind-trl convert`
+into `<output_dir>/_base_model` (the main process converts, the others wait; a resume reuses it). The `_`
+prefix keeps it out of the Trainer's Hub uploads.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+
+NATIVE_SUFFIXES = (".pth", ".pt")
+CONVERTED_DIR = "_base_model"
+SOURCE_MARKER = "minimind_source.json"
+# MiniMind's linear layers (attention and MLP, dense and MoE experts); the LM head is tied to the embeddings.
+MINIMIND_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ModelSourceError(ValueError):
+    """A policy or tokenizer location that cannot be used; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """What `from_pretrained` gets (`path`) and what the model card calls the base model (`base_model`)."""
+
+    path: str
+    tokenizer_path: str
+    base_model: str
+    native_checkpoint: str | None = None
+
+
+def is_native_checkpoint(name_or_path: str) -> bool:
+    return name_or_path.endswith(NATIVE_SUFFIXES)
+
+
+def _looks_local(name_or_path: str) -> bool:
+    return (
+        os.path.isabs(name_or_path)
+        or name_or_path.startswith((".", "~"))
+        or is_native_checkpoint(name_or_path)
+        or name_or_path.count("/") > 1
+    )
+
+
+def check_model_source(model_name_or_path: str | None, tokenizer_name_or_path: str | None) -> None:
+    """Everything about the policy's location that can be checked without loading anything."""
+    if not model_name_or_path:
+        raise ModelSourceError("model_name_or_path is required (a save_pretrained folder, Hub id or native .pth)")
+    if not os.path.exists(model_name_or_path):
+        if _looks_local(model_name_or_path):
+            raise ModelSourceError(f"model_name_or_path: {model_name_or_path} does not exist")
+    elif os.path.isdir(model_name_or_path) and not os.path.isfile(os.path.join(model_name_or_path, "config.json")):
+        raise ModelSourceError(
+            f"model_name_or_path: {model_name_or_path} has no config.json (not a save_pretrained folder)"
+        )
+    if is_native_checkpoint(model_name_or_path) and not tokenizer_name_or_path:
+        raise ModelSourceError(
+            f"model_name_or_path {model_name_or_path} is a native MiniMind checkpoint, which has no tokenizer: set "
+            "tokenizer_name_or_path (e.g. MiniMind's model/ folder with tokenizer.json)"
+        )
+    if tokenizer_name_or_path and not os.path.exists(tokenizer_name_or_path) and _looks_local(tokenizer_name_or_path):
+        raise ModelSourceError(f"tokenizer_name_or_path: {tokenizer_name_or_path} does not exist")
+
+
+def _source_fingerprint(checkpoint: str, tokenizer: str, num_attention_heads: int | None) -> dict:
+    stat = os.stat(checkpoint)
+    return {
+        "checkpoint": os.path.abspath(checkpoint),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "tokenizer": os.path.abspath(tokenizer) if os.path.exists(tokenizer) else tokenizer,
+        "num_attention_heads": num_attention_heads,
+    }
+
+
+def convert_native_policy(
+    checkpoint: str, tokenizer: str, output_dir: str, num_attention_heads: int | None = None
+) -> str:
+    """Convert a native `.pth` into `<output_dir>/_base_model` unless an identical conversion is already there."""
+    from .convert import convert_checkpoint
+
+    folder = os.path.join(output_dir, CONVERTED_DIR)
+    marker = os.path.join(folder, SOURCE_MARKER)
+    fingerprint = _source_fingerprint(checkpoint, tokenizer, num_attention_heads)
+    if os.path.isfile(marker):
+        with open(marker) as f:
+            if json.load(f) == fingerprint:
+                return folder
+    convert_checkpoint(
+        checkpoint, folder, num_attention_heads=num_attention_heads, tokenizer=tokenizer, dtype="float32", force=True
+    )
+    with open(marker, "w") as f:
+        json.dump(fingerprint, f, indent=2)
+    return folder
+
+
+def resolve_policy(model_args, script_args, training_args) -> PolicySource:
+    """The policy's `from_pretrained` path, converting a native `.pth` on the main process first."""
+    name = model_args.model_name_or_path
+    check_model_source(name, script_args.tokenizer_name_or_path)
+    tokenizer = script_args.tokenizer_name_or_path
+    if not is_native_checkpoint(name):
+        return PolicySource(path=name, tokenizer_path=tokenizer or name, base_model=name)
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy"):
+        folder = convert_native_policy(
+            name, tokenizer, training_args.output_dir, script_args.native_num_attention_heads
+        )
+    return PolicySource(path=folder, tokenizer_path=folder, base_model=name, native_checkpoint=name)
+
+
+def load_tokenizer(tokenizer_path: str, revision: str = "main"):
+    """The policy's tokenizer, left-padded (TRL generates from left-padded prompts); it must have a chat template."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer_path, revision=revision, padding_side="left", truncation_side="left"
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"cannot load a tokenizer from {tokenizer_path}: {exc}") from exc
+    if not tokenizer.chat_template:
+        raise ModelSourceError(
+            f"the tokenizer at {tokenizer_path} has no chat template; MiniMind's RLAIF prompts are conversations"
+        )
+    return tokenizer
+
+
+def lora_config(model_args):
+    """TRL's `get_peft_config`, with MiniMind's linear layers as the default targets (PEFT has no default for it)."""
+    from trl import get_peft_config
+
+    if model_args.use_peft and not model_args.lora_target_modules and not model_args.lora_target_parameters:
+        model_args.lora_target_modules = list(MINIMIND_LORA_TARGETS)
+    return get_peft_config(model_args)
+
+
+def model_init_kwargs(model_args, training_args) -> dict:
+    """`from_pretrained` arguments for the policy and the reference model (no remote code on the default path)."""
+    kwargs = {
+        "revision": model_args.model_revision,
+        "dtype": model_args.dtype,
+        "attn_implementation": model_args.attn_implementation,
+        "trust_remote_code": training_args.trust_remote_code,
+    }
+    kwargs.update(training_args.model_init_kwargs or {})
+    return kwargs
+
+
+__all__ = [
+    "CONVERTED_DIR",
+    "MINIMIND_LORA_TARGETS",
+    "ModelSourceError",
+    "PolicySource",
+    "check_model_source",
+    "convert_native_policy",
+    "is_native_checkpoint",
+    "load_tokenizer",
+    "lora_config",
+    "model_init_kwargs",
+    "resolve_policy",
+]

@@ -1,0 +1,109 @@
+"""Script arguments of `minimind-trl grpo`: what to train on and with which rewards.
+
+The training hyper-parameters live in `MiniMindGRPOConfig` (TRL's `GRPOConfig` with the seed's defaults)
+and the policy/LoRA options in TRL's `ModelConfig`; this dataclass holds the rest of a recipe: the data,
+the reward functions and the hand-off options. Recipes set these fields by name in their YAML.
+"""
+
+from dataclasses import dataclass, field
+
+from trl import ScriptArguments
+
+BUILTIN_REWARDS = ("format", "tag_count", "reward_model")
+REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
+
+
+@dataclass
+class GRPOScriptArguments(ScriptArguments):
+    r"""
+    Arguments of `minimind-trl grpo` besides `MiniMindGRPOConfig` and `ModelConfig`.
+
+    Parameters:
+        dataset_name (`str`):
+            RLAIF data: a local `.jsonl` file in MiniMind's format (`{"conversations": [...]}`), a folder of them,
+            or a Hub dataset name. Seed: `--data_path`.
+        dataset_data_files (`str`, *optional*):
+            Which file(s) of a folder or Hub dataset to read, e.g. `rlaif-mini.jsonl` of
+            `jingyaogong/minimind_dataset`.
+        dataset_max_samples (`int`, *optional*):
+            Keep only the first N rows (smoke tests, the demo). `None` keeps everything.
+        reward_funcs (`list[str]`):
+            Reward functions, summed with `reward_weights` (a `MiniMindGRPOConfig` field, default all 1). Names:
+            `format` (+0.5 for the seed's `<think>…</think><answer>…</answer>` layout), `tag_count` (+0.25 per tag
+            that occurs exactly once), `reward_model` (the reward model at `reward_model_name_or_path`, scored the
+            seed's way), or any importable `package.module:function` (also `package.module.function`) taking TRL's
+            reward-function arguments. Seed `--reasoning 1`: `[format, tag_count, reward_model]`; `--reasoning 0`:
+            `[reward_model]`.
+        reward_model_name_or_path (`str`, *optional*):
+            Folder or Hub id of the reward model used by `reward_model`. Seed: `--reward_model_path`
+            (`internlm2-1_8b-reward`).
+        reward_model_type (`str`, defaults to `"auto"`):
+            `internlm2` (InternLM2's reward head, loaded natively, no remote code), `sequence_classification`
+            (any `AutoModelForSequenceClassification` with one label) or `auto` (decided from `config.json`).
+        reasoning (`bool`, defaults to `True`):
+            Seed `--reasoning`: the reward-model term also scores the text inside `<answer>…</answer>` and blends
+            `0.4 * full + 0.6 * answer`. It does not add rule rewards by itself; list them in `reward_funcs`.
+        reward_model_clip (`float`, defaults to `3.0`):
+            Reward-model scores are clipped to `[-clip, clip]` (the seed's `scale = 3.0`).
+        tokenizer_name_or_path (`str`, *optional*):
+            Tokenizer folder or Hub id. Required when `model_name_or_path` is a native MiniMind `.pth`, which
+            carries no tokenizer; defaults to the model folder otherwise.
+        native_num_attention_heads (`int`, *optional*):
+            Query heads of a native `.pth` policy (not visible in its tensor shapes; MiniMind's default 8 when
+            unset), as `minimind-trl convert --num_attention_heads`.
+        save_native_pth (`bool`, defaults to `False`):
+            Also write the final weights as a native MiniMind state dict
+            (`<output_dir>/grpo_<hidden_size>[_moe].pth`, fp16) for MiniMind's own scripts, like the seed's
+            `--save_weight grpo`.
+        callbacks (`list[str]`, *optional*):
+            Extra `transformers.TrainerCallback` classes as `package.module:ClassName`, built without arguments.
+    """
+
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": f"Reward functions: {', '.join(BUILTIN_REWARDS)} or an importable 'package.module:function'. "
+            "Weighted by `reward_weights`."
+        },
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Reward model folder or Hub id for the `reward_model` reward."}
+    )
+    reward_model_type: str = field(
+        default="auto",
+        metadata={"help": "How to load the reward model.", "choices": list(REWARD_MODEL_TYPES)},
+    )
+    reasoning: bool = field(
+        default=True,
+        metadata={
+            "help": "Seed --reasoning: blend the reward model's score of the <answer> text (0.4 full + 0.6 answer)."
+        },
+    )
+    reward_model_clip: float = field(default=3.0, metadata={"help": "Clip reward-model scores to [-clip, clip]."})
+    dataset_data_files: str | None = field(
+        default=None, metadata={"help": "File(s) of a folder or Hub dataset to read (e.g. rlaif-mini.jsonl)."}
+    )
+    dataset_max_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dataset rows."})
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "Tokenizer folder or Hub id (required for a native .pth policy)."}
+    )
+    native_num_attention_heads: int | None = field(
+        default=None, metadata={"help": "Query heads of a native .pth policy (MiniMind's default 8 when unset)."}
+    )
+    save_native_pth: bool = field(
+        default=False, metadata={"help": "Also save the final weights as a native MiniMind .pth (fp16)."}
+    )
+    callbacks: list[str] | None = field(
+        default=None, metadata={"help": "Extra TrainerCallback classes as 'package.module:ClassName'."}
+    )
+
+    def __post_init__(self):
+        if self.reward_model_type not in REWARD_MODEL_TYPES:
+            raise ValueError(f"reward_model_type must be one of {REWARD_MODEL_TYPES}, got {self.reward_model_type!r}")
+        if self.reward_model_clip <= 0:
+            raise ValueError(f"reward_model_clip must be positive, got {self.reward_model_clip}")
+        if self.dataset_max_samples is not None and self.dataset_max_samples < 1:
+            raise ValueError(f"dataset_max_samples must be a positive number of rows, got {self.dataset_max_samples}")
+
+
+__all__ = ["BUILTIN_REWARDS", "REWARD_MODEL_TYPES", "GRPOScriptArguments"]

@@ -1,0 +1,166 @@
+"""Tiny models, data, recipes, rewards and probes for the `minimind-trl grpo` tests.
+
+Rewards and callbacks here are referenced from recipes as `grpo_fixtures:name`, so subprocess runs need this
+folder on PYTHONPATH (`subprocess_env`). They write what they see into `$GRPO_PROBE_DIR` as JSON lines, one
+file per rank, so a test can assert from the outside what happened inside every process.
+"""
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import yaml
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+PROBE_DIR_ENV = "GRPO_PROBE_DIR"
+KILL_AT_STEP_ENV = "GRPO_KILL_AT_STEP"
+
+PROMPTS = [
+    "What is two plus three?",
+    "Name a colour of the sky.",
+    "How many days are in a week?",
+    "Say hello in French.",
+    "What is the capital of France?",
+    "Count from one to three.",
+    "一加一等于几？",
+    "中国的首都是哪里？",
+]
+
+
+def build_tiny_policy(folder: Path, hidden_size: int = 32, num_hidden_layers: int = 2) -> Path:
+    """A random MiniMind (h32, 2 layers) with the offline tokenizer, saved like `save_pretrained` users do."""
+    import torch
+
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+    from minimind_trl.tokenization import build_minimind_tokenizer
+
+    tokenizer = build_minimind_tokenizer()
+    config = MiniMindConfig(
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=512,
+        use_moe=False,
+    )
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_rlaif(path: Path, prompts=PROMPTS) -> Path:
+    """MiniMind's RLAIF jsonl: a user turn and an (unused) assistant turn per line."""
+    with open(path, "w", encoding="utf-8") as f:
+        for prompt in prompts:
+            row = {"conversations": [{"role": "user", "content": prompt}, {"role": "assistant", "content": ""}]}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def tiny_recipe(tmp_path: Path, policy: Path, data: Path, **overrides) -> Path:
+    """A recipe for 2 quick GRPO steps: 2 prompts x 4 completions of 8 tokens, fp32, on CPU."""
+    recipe = {
+        "model_name_or_path": str(policy),
+        "dataset_name": str(data),
+        "reward_funcs": ["format", "tag_count", "grpo_fixtures:token_reward"],
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": 2,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "max_prompt_length": 32,
+        "learning_rate": 0.01,
+        "lr_scheduler_type": "constant",
+        "bf16": False,
+        "use_cpu": True,
+        "save_strategy": "no",
+        "report_to": "none",
+        "logging_steps": 1,
+        "seed": 7,
+        "dataloader_num_workers": 0,
+    }
+    recipe.update(overrides)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def subprocess_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update({key: str(value) for key, value in extra.items()})
+    return env
+
+
+# --------------------------------------------------------------------------- rewards used by recipes
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _probe(kind: str, **record) -> None:
+    folder = os.environ.get(PROBE_DIR_ENV)
+    if not folder:
+        return
+    with open(os.path.join(folder, f"{kind}-rank{_rank()}.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def token_reward(prompts, completions, completion_ids, trainer_state=None, **kwargs):
+    """A reward that varies between completions of a random model (share of even token ids), so advantages
+    are non-zero and every step really moves the weights. Also records prompts, completion lengths and the
+    step, and kills its own process hard (SIGKILL) at step `$GRPO_KILL_AT_STEP` when asked."""
+    step = trainer_state.global_step if trainer_state is not None else -1
+    kill_at = os.environ.get(KILL_AT_STEP_ENV)
+    if kill_at is not None and step >= int(kill_at):
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    rewards = [sum(1 for token in ids if token % 2 == 0) / max(len(ids), 1) for ids in completion_ids]
+    user_turns = [prompt[-1]["content"] if isinstance(prompt, list) else prompt for prompt in prompts]
+    _probe("rewards", step=step, prompts=user_turns, lengths=[len(ids) for ids in completion_ids], rewards=rewards)
+    return rewards
+
+
+# --------------------------------------------------------------------------- callbacks used by recipes
+
+from transformers import TrainerCallback  # noqa: E402
+
+
+class RankProbe(TrainerCallback):
+    """Records, on every rank, the process layout and how the policy's parameters are held (DeepSpeed
+    ZeRO-3 partitions: each rank's `ds_tensor` holds its shard)."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        import torch.distributed as dist
+
+        params = list(model.parameters())
+        partitioned = [p for p in params if hasattr(p, "ds_tensor")]
+        _probe(
+            "layout",
+            rank=dist.get_rank() if dist.is_initialized() else 0,
+            world_size=dist.get_world_size() if dist.is_initialized() else 1,
+            backend=dist.get_backend() if dist.is_initialized() else None,
+            distributed_type=str(args.distributed_state.distributed_type),
+            zero_stage=args.deepspeed_plugin.zero_stage if args.deepspeed_plugin is not None else None,
+            full_numel=sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params),
+            local_numel=sum(p.ds_tensor.numel() for p in partitioned)
+            if partitioned
+            else sum(p.numel() for p in params),
+            partitioned_params=len(partitioned),
+            trainable=sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params if p.requires_grad),
+            peft=type(model).__name__,
+        )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        _probe("steps", step=state.global_step)

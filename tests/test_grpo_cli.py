@@ -1,0 +1,286 @@
+"""`minimind-trl grpo`: recipe parsing, checks before loading, shipped recipes, and short real runs."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+
+from minimind_trl import grpo
+from minimind_trl.grpo import RecipeError, main, parse_args, parse_recipe
+
+RECIPES = REPO_ROOT / "recipes"
+SEED_RECIPES = sorted((RECIPES / "minimind2" / "grpo").glob("*.yaml")) + sorted(
+    (RECIPES / "minimind3" / "grpo").glob("*.yaml")
+)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    return build_tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_rlaif(tmp_path_factory.mktemp("data") / "rlaif.jsonl")
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    """Any attempt to load a model fails the test: the checks must come first."""
+    from transformers import PreTrainedModel
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
+def run_main(argv, capsys):
+    code = main([str(arg) for arg in argv])
+    return code, capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_recipe_gives_defaults_and_command_line_overrides(tmp_path, policy, data):
+    recipe = tiny_recipe(tmp_path, policy, data, learning_rate=0.25, num_generations=4)
+    script_args, training_args, model_args, parsed = parse_args(
+        ["--config", str(recipe), "--learning_rate", "0.5", "--reward_funcs", "format", "tag_count"]
+    )
+    assert training_args.learning_rate == 0.5  # command line wins
+    assert training_args.num_generations == 4  # from the recipe
+    assert training_args.beta == 0.02  # MiniMindGRPOConfig's (the seed's) default
+    assert script_args.reward_funcs == ["format", "tag_count"]
+    assert model_args.model_name_or_path == str(policy)
+    assert parsed.path == str(recipe) and "--learning_rate" in parsed.overrides
+
+
+def test_parse_recipe_takes_overrides_as_a_dict(tmp_path, policy, data):
+    recipe = tiny_recipe(tmp_path, policy, data)
+    _, training_args, _, _ = parse_recipe(recipe, {"max_steps": 7, "reward_weights": [1.0, 2.0, 0.5]})
+    assert training_args.max_steps == 7 and training_args.reward_weights == [1.0, 2.0, 0.5]
+
+
+def test_typo_in_recipe_names_file_line_and_key(tmp_path, policy, data, capsys, no_model_loading):
+    recipe = tiny_recipe(tmp_path, policy, data)
+    lines = recipe.read_text().splitlines()
+    lines.insert(1, "lerning_rate: 0.1")
+    recipe.write_text("\n".join(lines) + "\n")
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2
+    assert f"{recipe}:2: unknown key 'lerning_rate' (did you mean 'learning_rate'?)" in err
+
+
+def test_unknown_command_line_argument_is_an_error(tmp_path, policy, data):
+    recipe = tiny_recipe(tmp_path, policy, data)
+    with pytest.raises(RecipeError, match=r"not used by the HfArgumentParser: \['--not_a_field', '3'\]"):
+        parse_args(["--config", str(recipe), "--not_a_field", "3"])
+
+
+def test_missing_recipe_is_an_error(tmp_path):
+    with pytest.raises(RecipeError, match="recipe not found: .*nope.yaml"):
+        parse_args(["--config", str(tmp_path / "nope.yaml")])
+
+
+def test_packaged_recipes_resolve_by_relative_name():
+    assert (
+        Path(grpo.resolve_recipe("minimind2/grpo/reasoning.yaml")).resolve()
+        == (RECIPES / "minimind2/grpo/reasoning.yaml").resolve()
+    )
+    assert (
+        Path(grpo.resolve_recipe("recipes/minimind2/grpo/chat")).resolve()
+        == (RECIPES / "minimind2/grpo/chat.yaml").resolve()
+    )
+
+
+# --------------------------------------------------------------------------- checks before any model is loaded
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"dataset_name": "missing/rlaif.jsonl"}, "dataset_name: data file missing/rlaif.jsonl does not exist"),
+        ({"reward_funcs": ["format", "tag_cont"]}, "unknown reward function 'tag_cont' (did you mean 'tag_count'?)"),
+        ({"reward_funcs": ["no_such_module:reward"]}, "cannot import module 'no_such_module'"),
+        (
+            {"reward_funcs": ["grpo_fixtures:no_such_reward"]},
+            "module 'grpo_fixtures' has no attribute 'no_such_reward'",
+        ),
+        ({"reward_weights": [1.0, 2.0]}, "reward_weights has 2 values for 3 reward_funcs"),
+        ({"reward_funcs": ["reward_model"]}, "includes 'reward_model' but reward_model_name_or_path is not set"),
+        ({"model_name_or_path": "./no/such/policy"}, "model_name_or_path: ./no/such/policy does not exist"),
+        ({"model_name_or_path": "policy.pth"}, "does not exist"),
+        ({"resume_from_checkpoint": "last"}, "no checkpoint-N folder in"),
+    ],
+)
+def test_bad_input_fails_before_loading(tmp_path, policy, data, capsys, no_model_loading, override, message):
+    recipe = tiny_recipe(tmp_path, policy, data, **override)
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2
+    assert message in err
+
+
+def test_reward_model_path_that_is_not_a_reward_model(tmp_path, policy, data, capsys, no_model_loading):
+    recipe = tiny_recipe(
+        tmp_path, policy, data, reward_funcs=["format", "reward_model"], reward_model_name_or_path=str(policy)
+    )
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2
+    assert f"reward_model_name_or_path: {policy} is not a reward model" in err
+    assert "MiniMindForCausalLM" in err
+
+
+def test_native_policy_needs_a_tokenizer(tmp_path, policy, data, capsys, no_model_loading):
+    native = tmp_path / "reason_32.pth"
+    native.write_bytes(b"not checked before the tokenizer question")
+    recipe = tiny_recipe(tmp_path, policy, data, model_name_or_path=str(native))
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2 and "set tokenizer_name_or_path" in err
+
+
+def test_batch_that_cannot_hold_whole_groups(tmp_path, policy, data, capsys, no_model_loading):
+    recipe = tiny_recipe(tmp_path, policy, data, per_device_train_batch_size=6, num_generations=4)
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2
+    assert "generation_batch_size (6) must be divisible by num_generations (4)" in err
+    assert "1 process(es)" in err
+
+
+@pytest.mark.parametrize("backend", ["wandb", "swanlab", "trackio"])
+def test_missing_logging_backend_names_the_extra(tmp_path, policy, data, capsys, no_model_loading, backend):
+    from transformers.integrations import integration_utils
+
+    if getattr(integration_utils, f"is_{backend}_available")():
+        pytest.skip(f"{backend} is installed here")
+    recipe = tiny_recipe(tmp_path, policy, data, report_to=backend)
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2 and f"pip install 'minimind-trl[{backend}]'" in err
+
+
+def test_the_installed_command_exits_non_zero_on_a_bad_recipe(tmp_path, policy, data):
+    recipe = tiny_recipe(tmp_path, policy, data, reward_funcs=["format", "nope"])
+    result = subprocess.run(
+        [sys.executable, "-m", "minimind_trl.cli", "grpo", "--config", str(recipe)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "unknown reward function 'nope'" in result.stderr
+
+
+# --------------------------------------------------------------------------- shipped recipes
+
+
+def _recipe_values(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("path", SEED_RECIPES, ids=lambda p: str(p.relative_to(RECIPES)))
+def test_seed_recipes_parse_and_comment_every_value(path):
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line and not line.startswith((" ", "#")):
+            assert "#" in line, f"{path}:{number}: value without a comment naming its seed flag: {line!r}"
+    # bf16 needs a GPU; everything else parses as shipped.
+    script_args, training_args, model_args, _ = parse_args(
+        ["--config", str(path), "--bf16", "false", "--use_cpu", "true"]
+    )
+    values = _recipe_values(path)
+    assert training_args.learning_rate == pytest.approx(8e-8)
+    assert script_args.reward_funcs == values["reward_funcs"]
+    assert model_args.model_name_or_path == values["model_name_or_path"]
+
+
+@pytest.mark.parametrize("path", SEED_RECIPES, ids=lambda p: str(p.relative_to(RECIPES)))
+def test_seed_recipes_hold_the_seed_settings(path):
+    from minimind_trl.hub import SEED_SETTINGS
+
+    values = _recipe_values(path)
+    for name, flag, seed_value in SEED_SETTINGS:
+        assert name in values, f"{path} does not state {name} ({flag})"
+        assert (
+            values[name] == pytest.approx(seed_value) if isinstance(seed_value, float) else values[name] == seed_value
+        ), name
+
+
+def test_seed_settings_table_matches_the_config_defaults():
+    from minimind_trl.hub import SEED_SETTINGS
+    from minimind_trl.trainer import MiniMindGRPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(MiniMindGRPOConfig)}
+    defaults["bf16"] = True  # resolved in __post_init__ (on unless fp16)
+    for name, _, seed_value in SEED_SETTINGS:
+        assert defaults[name] == seed_value, name
+
+
+# --------------------------------------------------------------------------- real runs (one process, in-process)
+
+
+def test_two_steps_with_tensorboard(tmp_path, policy, data, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv(PROBE_DIR_ENV, str(tmp_path))
+    recipe = tiny_recipe(tmp_path, policy, data, report_to="tensorboard")
+    assert main(["--config", str(recipe)]) == 0
+
+    out = tmp_path / "out"
+    event_files = list((out / "runs").rglob("events.out.tfevents.*"))
+    assert event_files, "tensorboard wrote no event file"
+    events = EventAccumulator(str(event_files[0].parent))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("train/reward", "train/rewards/format_reward/mean", "train/rewards/token_reward/mean", "train/kl"):
+        assert tag in tags, sorted(tags)
+    assert [event.step for event in events.Scalars("train/reward")] == [1, 2]
+    logged = [json.loads(line) for line in (tmp_path / "rewards-rank0.jsonl").read_text().splitlines()]
+    expected = [sum(row["rewards"]) / len(row["rewards"]) for row in logged]
+    assert [event.value for event in events.Scalars("train/rewards/token_reward/mean")] == pytest.approx(expected)
+
+    trained = torch.load(out / "training_args.bin", weights_only=False)
+    assert trained.max_steps == 2
+    from safetensors.torch import load_file
+
+    initial, final = load_file(policy / "model.safetensors"), load_file(out / "model.safetensors")
+    assert max((final[k] - initial[k]).abs().max().item() for k in initial) > 1e-4  # the steps moved the weights
+
+
+def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
+    from minimind_trl import MiniMindForCausalLM
+    from minimind_trl.export import to_native_state_dict
+
+    model = MiniMindForCausalLM.from_pretrained(policy)
+    native = tmp_path / "reason_32.pth"
+    torch.save(to_native_state_dict(model, dtype=torch.float16), native)
+    recipe = tiny_recipe(
+        tmp_path,
+        policy,
+        data,
+        model_name_or_path=str(native),
+        tokenizer_name_or_path=str(policy),
+        max_steps=1,
+        native_num_attention_heads=4,
+        save_native_pth=True,
+    )
+    assert main(["--config", str(recipe)]) == 0
+
+    out = tmp_path / "out"
+    converted = MiniMindForCausalLM.from_pretrained(out / "_base_model")
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(converted.state_dict()[key], value.half().float())
+    state = torch.load(out / "grpo_32.pth", weights_only=True)  # the seed's --save_weight grpo file
+    trained = MiniMindForCausalLM.from_pretrained(out)
+    assert state.keys() == trained.state_dict().keys()
+    assert all(value.dtype == torch.float16 for value in state.values())
+    torch.testing.assert_close(
+        state["model.norm.weight"].float(), trained.model.norm.weight.detach(), atol=1e-3, rtol=0
+    )
+    card = (out / "README.md").read_text()
+    assert f"**Base model:** `{native}`" in card
