@@ -208,8 +208,9 @@ def _reference_copy(model: torch.nn.Module) -> torch.nn.Module:
             "the reference model; pass its path (or Hub id) so the reference is loaded like the policy."
         )
     reference = copy.deepcopy(model)
-    for attribute in ("forward", "_original_forward"):
-        reference.__dict__.pop(attribute, None)
+    reference.__dict__.pop("_original_forward", None)
+    if not hasattr(reference, "_hf_hook"):  # accelerate's device-map hooks deep-copy correctly; keep those
+        reference.__dict__.pop("forward", None)
     return reference.requires_grad_(False).eval()
 
 
