@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from .script_args import BUILTIN_REWARDS
 
@@ -167,16 +168,35 @@ def build_reward_model_reward(script_args, training_args, tokenizer, kind: str) 
     )
 
 
-def load_scorer(name_or_path: str, kind: str, training_args):
-    """A scorer on this process's device. Under ZeRO-3 the reward model is loaded whole (not partitioned):
-    it is frozen and only runs forward passes, so every rank keeps its own copy as TRL does for inference."""
-    from contextlib import nullcontext
+@contextmanager
+def whole_model_loading():
+    """Load models whole even under DeepSpeed ZeRO-3.
 
+    With ZeRO-3, transformers' `from_pretrained` partitions every model it loads across the processes
+    (`deepspeed.zero.Init`), which only works for models DeepSpeed then drives. The reward model is frozen and
+    called directly by the scorer, so each process keeps a whole copy instead (as the seed did). accelerate's
+    `zero3_init_context_manager` does not switch this off for transformers (it re-registers the same stage-3
+    config), so the registration is lifted here and restored afterwards.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    reference = hf_deepspeed._hf_deepspeed_config_weak_ref
+    config = reference() if reference is not None else None
+    if config is None:
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed.set_hf_deepspeed_config(config)
+
+
+def load_scorer(name_or_path: str, kind: str, training_args):
+    """A scorer holding the whole reward model on this process's device (see `whole_model_loading`)."""
     from . import scorers
 
-    plugin = getattr(training_args, "deepspeed_plugin", None)
-    no_zero3_init = plugin.zero3_init_context_manager(enable=False) if plugin is not None else nullcontext()
-    with no_zero3_init:
+    with whole_model_loading():
         if kind == "internlm2":
             return scorers.InternLM2Scorer.from_pretrained(name_or_path, device=training_args.device)
         return scorers.SequenceClassifierScorer.from_pretrained(name_or_path, device=training_args.device)

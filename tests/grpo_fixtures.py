@@ -55,6 +55,30 @@ def build_tiny_policy(folder: Path, hidden_size: int = 32, num_hidden_layers: in
     return folder
 
 
+def build_tiny_reward_model(folder: Path) -> Path:
+    """A random one-label `LlamaForSequenceClassification` reward model with MiniMind's tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from minimind_trl.tokenization import build_minimind_tokenizer
+
+    tokenizer = build_minimind_tokenizer()
+    config = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=len(tokenizer),
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(1)
+    LlamaForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def write_rlaif(path: Path, prompts=PROMPTS) -> Path:
     """MiniMind's RLAIF jsonl: a user turn and an (unused) assistant turn per line."""
     with open(path, "w", encoding="utf-8") as f:
@@ -164,3 +188,12 @@ class RankProbe(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         _probe("steps", step=state.global_step)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        # Under DDP every rank must end with the same weights (gradients are averaged), although each rank
+        # generated for different prompts. (Under ZeRO-3 this is the checksum of the rank's own shard.)
+        import torch
+
+        with torch.no_grad():
+            local = [p.ds_tensor if hasattr(p, "ds_tensor") else p for p in model.parameters()]
+            _probe("final", checksum=float(sum(t.double().abs().sum() for t in local)), step=state.global_step)
