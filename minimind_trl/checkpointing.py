@@ -170,7 +170,7 @@ def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
             f"prompt order are per global batch, so keep it: {hint}."
         )
     if saved.world_size != now.world_size:
-        if "DEEPSPEED" in (saved.distributed_type, now.distributed_type):
+        if any("DEEPSPEED" in kind for kind in (saved.distributed_type, now.distributed_type)):
             raise ResumeError(
                 f"{checkpoint}: DeepSpeed checkpoints are partitioned per process ({saved.world_size} here, "
                 f"{now.world_size} now); resume them with the same number of processes, or start a new run from "
