@@ -160,7 +160,7 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         "```python",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         f'model = AutoModelForCausalLM.from_pretrained("{repo}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{repo}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
         "```",
     ]
     if card.recipe_text:
