@@ -1,0 +1,95 @@
+"""`minimind-trl merge-lora ADAPTER_DIR OUTPUT_DIR`: fold a LoRA adapter into its base model.
+
+A `--use_peft` run saves only the adapter (`adapter_config.json` + `adapter_model.safetensors`). Merging gives
+a full MiniMind folder (safetensors, config with `auto_map` and the modeling code, tokenizer) that loads with
+`from_pretrained` like any other, exports with `minimind-trl export` and pushes to the Hub. The output folder
+is written atomically (a temporary folder renamed into place).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+class MergeError(ValueError):
+    """An adapter, base model or output folder that cannot be merged; the message names it."""
+
+
+def read_adapter_config(adapter_dir: str) -> dict:
+    path = os.path.join(adapter_dir, "adapter_config.json")
+    if not os.path.isfile(path):
+        raise MergeError(f"{adapter_dir} is not a LoRA adapter folder (no adapter_config.json)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def _has_tokenizer(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "tokenizer_config.json"))
+
+
+def merge_lora(
+    adapter_dir: str, output_dir: str, base_model: str | None = None, dtype: str = "float32", force: bool = False
+):
+    """Load base + adapter, merge the LoRA weights into the base layers and save the full model."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import minimind_trl  # noqa: F401  (registers MiniMind with the Auto classes)
+
+    from .convert import write_folder_atomically
+
+    config = read_adapter_config(adapter_dir)
+    base = base_model or config.get("base_model_name_or_path")
+    if not base:
+        raise MergeError(f"{adapter_dir}/adapter_config.json names no base model; pass --base_model")
+    if not os.path.exists(base) and (os.path.isabs(base) or base.startswith(".")):
+        raise MergeError(
+            f"base model {base} (from {'--base_model' if base_model else 'adapter_config.json'}) does not exist"
+        )
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise MergeError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
+    merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    merged.config._name_or_path = output_dir
+    tokenizer = AutoTokenizer.from_pretrained(adapter_dir if _has_tokenizer(adapter_dir) else base)
+
+    def write(folder):
+        merged.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    write_folder_atomically(output_dir, write, force=force)
+    return merged
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minimind-trl merge-lora", description=__doc__.split("\n\n")[0])
+    parser.add_argument("adapter_dir", help="folder with adapter_config.json (the output_dir of a --use_peft run)")
+    parser.add_argument("output_dir", help="where to write the merged model (must not exist unless --force)")
+    parser.add_argument(
+        "--base_model", help="base model folder or Hub id (default: the adapter's base_model_name_or_path)"
+    )
+    parser.add_argument("--dtype", default="float32", help="dtype to merge and save in (float32, bfloat16, float16)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output_dir")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .convert import ConversionError
+
+    args = build_parser().parse_args(argv)
+    try:
+        merge_lora(args.adapter_dir, args.output_dir, base_model=args.base_model, dtype=args.dtype, force=args.force)
+    except (MergeError, ConversionError) as exc:
+        print(f"minimind-trl merge-lora: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"merged {args.adapter_dir} into {args.output_dir}")
+    return 0
+
+
+__all__ = ["MergeError", "main", "merge_lora"]
+
+if __name__ == "__main__":
+    sys.exit(main())
