@@ -7,6 +7,10 @@ checkpoint into `<output_dir>/_staging/checkpoint-N` (every rank, DeepSpeed shar
 ranks, then renames it into place: a `checkpoint-N` folder exists only once it is complete. (`_staging` starts
 with `_`, which the Trainer's Hub uploads ignore.)
 
+TRL shuffles the prompts of every epoch with one generator seeded at the start, whose state no checkpoint
+holds; `EpochSeededRepeatSampler` draws epoch `e`'s order from `seed + e`, so a run resumed in a later epoch
+sees the same prompts as the uninterrupted one.
+
 Each checkpoint also records the batch geometry of the run (`minimind_run.json`), so a resume on a different
 number of processes can be checked: it continues exactly where the data left off only if the global
 generation batch is unchanged (TRL's sampler draws the prompt order for the global batch).
@@ -19,6 +23,7 @@ import shutil
 from dataclasses import asdict, dataclass
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
+from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +68,48 @@ class BatchGeometry:
         return self.per_device_train_batch_size * self.world_size * self.gradient_accumulation_steps
 
 
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose shuffle of epoch `e` is drawn from `seed + e`.
+
+    TRL's sampler draws every epoch's permutation from one generator seeded once, and that generator's state is
+    not checkpointed: a run resumed in its second epoch would replay the first epoch's order. Seeding per epoch
+    makes the order a function of (seed, epoch) only. Epoch 0 is TRL's order unchanged.
+    """
+
+    epoch = 0
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed + self.epoch)
+        return super().__iter__()
+
+
 class AtomicCheckpointMixin:
-    """Mixin for a `transformers.Trainer` subclass: checkpoints appear only when complete (see module doc)."""
+    """Mixin for a `transformers.Trainer` subclass: checkpoints appear only when complete, and the prompt order
+    of every epoch is reproducible after a resume (see module doc and `EpochSeededRepeatSampler`)."""
 
     _staging_checkpoint = False
     _staged_push = None
+    _epoch_sampler = None
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            sampler = EpochSeededRepeatSampler(
+                sampler.data_source,
+                mini_repeat_count=sampler.mini_repeat_count,
+                batch_size=sampler.batch_size,
+                repeat_count=sampler.repeat_count,
+                shuffle=sampler.shuffle,
+                seed=sampler.seed,
+            )
+            self._epoch_sampler = sampler
+        return sampler
+
+    def _run_epoch(self, *args, epoch, **kwargs):
+        if self._epoch_sampler is not None:
+            self._epoch_sampler.epoch = epoch
+        return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
     def _get_output_dir(self, trial) -> str:
         run_dir = super()._get_output_dir(trial)
@@ -209,6 +251,7 @@ def check_generation_alignment(args) -> None:
 __all__ = [
     "AtomicCheckpointMixin",
     "BatchGeometry",
+    "EpochSeededRepeatSampler",
     "ResumeError",
     "RUN_INFO_NAME",
     "STAGING_DIR",

@@ -133,6 +133,38 @@ def test_resume_after_sigkill_equals_the_uninterrupted_run(runs, monkeypatch):
     assert state["global_step"] == 4 and [entry["step"] for entry in state["log_history"][:4]] == [1, 2, 3, 4]
 
 
+def test_resume_in_a_later_epoch_replays_that_epochs_prompt_order(tmp_path, monkeypatch):
+    """8 prompts, 2 per step: 4 steps per epoch. Resuming at step 5 (second epoch) must draw the second
+    epoch's order, not the first one again (TRL's sampler generator is not checkpointed)."""
+    policy = build_tiny_policy(tmp_path / "policy")
+    data = write_rlaif(tmp_path / "rlaif.jsonl")
+    settings = dict(max_steps=6, save_strategy="steps", save_steps=5, num_train_epochs=2)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir()
+    resumed.mkdir()
+    monkeypatch.setenv(PROBE_DIR_ENV, str(straight))
+    assert main(["--config", str(tiny_recipe(straight, policy, data, **settings))]) == 0
+    monkeypatch.setenv(PROBE_DIR_ENV, str(resumed))
+    checkpoint = str(straight / "out" / "checkpoint-5")
+    assert (
+        main(["--config", str(tiny_recipe(resumed, policy, data, **settings)), "--resume_from_checkpoint", checkpoint])
+        == 0
+    )
+
+    straight_rows = sampled(straight)
+    first_epoch = {prompt for row in straight_rows[:4] for prompt in row["prompts"]}
+    second_epoch = [row["prompts"] for row in straight_rows[4:]]
+    assert len(first_epoch) == 8  # every prompt once per epoch
+    (last,) = sampled(resumed)
+    assert last == straight_rows[5]
+    assert [row["prompts"] for row in straight_rows[4:6]] != [row["prompts"] for row in straight_rows[:2]]
+    assert second_epoch[1] == last["prompts"]
+    diff = max_abs_diff(
+        load_file(resumed / "out" / "model.safetensors"), load_file(straight / "out" / "model.safetensors")
+    )
+    assert diff <= 1e-6
+
+
 # --------------------------------------------------------------------------- units
 
 
