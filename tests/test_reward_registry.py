@@ -1,0 +1,124 @@
+"""Rewards by name: built-ins, importable functions, and reward models from a path (InternLM2 or a
+sequence classifier), checked before loading and scored inside a real GRPO step."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+from grpo_fixtures import build_tiny_policy, build_tiny_reward_model, tiny_recipe, write_rlaif
+
+from minimind_trl.grpo import main
+from minimind_trl.reward_registry import (
+    RewardSpecError,
+    build_reward_funcs,
+    check_reward_specs,
+    import_reward_function,
+    reward_model_kind,
+)
+from minimind_trl.rewards import format_reward, tag_count_reward
+
+
+def specs(reward_funcs, reward_model=None, weights=None, kind="auto"):
+    script_args = SimpleNamespace(
+        reward_funcs=reward_funcs, reward_model_name_or_path=reward_model, reward_model_type=kind
+    )
+    return script_args, SimpleNamespace(reward_weights=weights)
+
+
+def test_builtin_and_imported_rewards_in_order():
+    script_args, training_args = specs(["tag_count", "grpo_fixtures:token_reward", "format"])
+    assert check_reward_specs(script_args, training_args) is None
+    funcs = build_reward_funcs(script_args, training_args, tokenizer=None, kind=None)
+    assert funcs[0] is tag_count_reward and funcs[2] is format_reward and funcs[1].__name__ == "token_reward"
+
+
+def test_import_spec_forms():
+    assert import_reward_function("minimind_trl.rewards:format_reward") is format_reward
+    assert import_reward_function("minimind_trl.rewards.format_reward") is format_reward
+    with pytest.raises(RewardSpecError, match="is not callable"):
+        import_reward_function("minimind_trl.rewards:FORMAT_REWARD")
+    with pytest.raises(RewardSpecError, match="expected 'package.module:function'"):
+        import_reward_function("minimind_trl.rewards:")
+
+
+@pytest.mark.parametrize(
+    "reward_funcs, reward_model, message",
+    [
+        ([], None, "reward_funcs is empty"),
+        (["format", "format"], None, "lists a reward twice"),
+        (["format"], "some/reward-model", "is set but 'reward_model' is not in reward_funcs"),
+    ],
+)
+def test_bad_specs(reward_funcs, reward_model, message):
+    with pytest.raises(RewardSpecError, match=message):
+        check_reward_specs(*specs(reward_funcs, reward_model))
+
+
+@pytest.mark.parametrize(
+    "config, kind",
+    [
+        ({"architectures": ["InternLM2ForRewardModel"], "model_type": "internlm2"}, "internlm2"),
+        (
+            {"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "LABEL_0"}},
+            "sequence_classification",
+        ),
+        ({"architectures": ["Qwen2ForSequenceClassification"], "num_labels": 1}, "sequence_classification"),
+    ],
+)
+def test_reward_model_kind_from_config(config, kind):
+    assert reward_model_kind(config, "rm") == kind
+    assert reward_model_kind(config, "rm", requested=kind) == kind
+
+
+def test_reward_model_kind_rejects_what_is_not_a_reward_model():
+    with pytest.raises(RewardSpecError, match="is a classifier with 3 labels"):
+        reward_model_kind(
+            {"architectures": ["BertForSequenceClassification"], "id2label": {"0": 0, "1": 1, "2": 2}}, "rm"
+        )
+    with pytest.raises(RewardSpecError, match=r"rm is not a reward model: .*\['LlamaForCausalLM'\]"):
+        reward_model_kind({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "rm")
+    with pytest.raises(RewardSpecError, match="reward_model_type='internlm2' but rm is a sequence classification"):
+        reward_model_kind({"architectures": ["LlamaForSequenceClassification"]}, "rm", requested="internlm2")
+
+
+def test_reward_model_folder_without_config(tmp_path):
+    with pytest.raises(RewardSpecError, match="has no config.json"):
+        check_reward_specs(*specs(["reward_model"], str(tmp_path)))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
+
+    root = tmp_path_factory.mktemp("reward-registry")
+    return SimpleNamespace(
+        root=root,
+        policy=build_tiny_policy(root / "policy"),
+        data=write_rlaif(root / "rlaif.jsonl"),
+        classifier=build_tiny_reward_model(root / "classifier"),
+        internlm2=write_tiny_internlm2_reward_model(root / "internlm2"),
+    )
+
+
+@pytest.mark.parametrize("kind", ["classifier", "internlm2"])
+def test_reward_model_scores_inside_a_grpo_step(tiny, tmp_path, kind):
+    recipe = tiny_recipe(
+        tmp_path,
+        tiny.policy,
+        tiny.data,
+        max_steps=1,
+        save_strategy="steps",
+        save_steps=1,
+        reward_funcs=["grpo_fixtures:token_reward", "reward_model"],
+        reward_weights=[0.0, 1.0],
+        reward_model_name_or_path=str(getattr(tiny, kind)),
+        reward_model_clip=0.05,
+    )
+    assert main(["--config", str(recipe)]) == 0
+    state = json.loads((tmp_path / "out" / "checkpoint-1" / "trainer_state.json").read_text())
+    (logged,) = [entry for entry in state["log_history"] if "reward" in entry]
+    score = logged["rewards/reward_model/mean"]
+    assert math.isfinite(score) and abs(score) <= 0.05  # clipped to [-clip, clip]
+    assert logged["reward"] == pytest.approx(score)  # the token reward has weight 0
+    assert "reward_model/clipped_fraction" in logged
