@@ -115,6 +115,9 @@ class AtomicCheckpointMixin:
         run_dir = super()._get_output_dir(trial)
         return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
 
+    def _complete_staged_checkpoint(self, folder: str) -> None:
+        """Hook: add files to a checkpoint before it is published (main process, all ranks' parts written)."""
+
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Hub pushes of a checkpoint upload its folder in the background: start them from the final folder only.
         if self._staging_checkpoint:
@@ -138,6 +141,7 @@ class AtomicCheckpointMixin:
         if self.args.should_save:
             with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
                 json.dump(asdict(BatchGeometry.from_args(self.args)), f, indent=2)
+            self._complete_staged_checkpoint(staged)
 
         self.accelerator.wait_for_everyone()  # every rank has written its part
         if self.args.should_save:

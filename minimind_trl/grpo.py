@@ -218,6 +218,17 @@ def check_run(script_args, training_args, model_args) -> RunPlan:
             "save_native_pth needs full weights but use_peft trains an adapter: merge it first "
             "(minimind-trl merge-lora ADAPTER_DIR OUT_DIR), then minimind-trl export OUT_DIR --format native"
         )
+    plugin = training_args.deepspeed_plugin
+    if (
+        script_args.save_native_pth
+        and plugin is not None
+        and plugin.zero_stage == 3
+        and not plugin.zero3_save_16bit_model
+    ):
+        raise RecipeError(
+            "save_native_pth under ZeRO-3 needs the whole weights at save time: set zero3_save_16bit_model: true "
+            "in the accelerate config (recipes/accelerate/zero3.yaml does)"
+        )
     resume = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     if resume is not None:
         check_resume_geometry(resume, training_args)
@@ -235,6 +246,11 @@ def _trainer_class():
         """`MiniMindGRPOTrainer` with crash-safe checkpoints and a model card describing the run."""
 
         run_card: RunCard | None = None
+        save_native_pth = False
+
+        def _complete_staged_checkpoint(self, folder):
+            if self.save_native_pth:  # the seed wrote its .pth at every save
+                export_native_weights(folder)
 
         def create_model_card(self, model_name=None, dataset_name=None, tags=None):
             super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
@@ -289,6 +305,7 @@ def build_trainer(
         callbacks=plan.callbacks + list(callbacks or []),
         peft_config=peft_config,
     )
+    trainer.save_native_pth = script_args.save_native_pth
     recipe = recipe or Recipe()
     trainer.run_card = RunCard(
         base_model=policy.base_model,
@@ -321,19 +338,18 @@ def _check_run_without_data(script_args, training_args, model_args) -> RunPlan:
 # --------------------------------------------------------------------------- running
 
 
-def export_native_weights(trainer) -> str | None:
-    """The final weights as upstream MiniMind's `.pth` (fp16), next to the saved folder."""
+def export_native_weights(folder: str) -> str:
+    """The weights saved in `folder` as upstream MiniMind's `grpo_<hidden>[_moe].pth` (fp16), in that folder.
+
+    Read back from the saved safetensors, so it works whatever held the weights in training (DDP, ZeRO-3)."""
     import torch
 
     from .export import export_native
     from .modeling_minimind import MiniMindForCausalLM
 
-    if not trainer.is_world_process_zero():
-        return None
-    output_dir = trainer.args.output_dir
-    model = MiniMindForCausalLM.from_pretrained(output_dir, dtype=torch.float32)
+    model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32)
     suffix = "_moe" if model.config.use_moe else ""
-    path = os.path.join(output_dir, f"grpo_{model.config.hidden_size}{suffix}.pth")
+    path = os.path.join(folder, f"grpo_{model.config.hidden_size}{suffix}.pth")
     export_native(model, path, dtype=torch.float16, force=True)
     return path
 
@@ -348,10 +364,8 @@ def run(trainer, script_args):
     hub_dataset = None if os.path.exists(script_args.dataset_name or "") else script_args.dataset_name
     trainer.create_model_card(model_name=model_name, dataset_name=hub_dataset)  # main process only
     trainer.accelerator.wait_for_everyone()
-    if script_args.save_native_pth:
-        path = export_native_weights(trainer)
-        if path:
-            logger.info("native MiniMind weights written to %s", path)
+    if script_args.save_native_pth and trainer.is_world_process_zero():
+        logger.info("native MiniMind weights written to %s", export_native_weights(args.output_dir))
     if args.push_to_hub:
         if trainer.is_world_process_zero():
             check_push_folder(args.output_dir)

@@ -268,6 +268,8 @@ def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
         max_steps=1,
         native_num_attention_heads=4,
         save_native_pth=True,
+        save_strategy="steps",
+        save_steps=1,
     )
     assert main(["--config", str(recipe)]) == 0
 
@@ -276,6 +278,8 @@ def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
     for key, value in model.state_dict().items():
         torch.testing.assert_close(converted.state_dict()[key], value.half().float())
     state = torch.load(out / "grpo_32.pth", weights_only=True)  # the seed's --save_weight grpo file
+    at_checkpoint = torch.load(out / "checkpoint-1" / "grpo_32.pth", weights_only=True)  # also at every save
+    assert all(torch.equal(at_checkpoint[key], value) for key, value in state.items())
     trained = MiniMindForCausalLM.from_pretrained(out)
     assert state.keys() == trained.state_dict().keys()
     assert all(value.dtype == torch.float16 for value in state.values())
