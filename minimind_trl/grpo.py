@@ -354,6 +354,22 @@ def export_native_weights(folder: str) -> str:
     return path
 
 
+def _check_push_on_all_ranks(trainer) -> None:
+    """`check_push_folder` on the main process; every rank raises its verdict (pushing saves collectively)."""
+    from accelerate.utils import broadcast_object_list
+
+    verdict = [None]
+    if trainer.is_world_process_zero():
+        try:
+            check_push_folder(trainer.args.output_dir)
+        except PushCheckError as exc:
+            verdict = [str(exc)]
+    if trainer.accelerator.num_processes > 1:
+        broadcast_object_list(verdict)
+    if verdict[0] is not None:
+        raise PushCheckError(verdict[0])
+
+
 def run(trainer, script_args):
     """Train (resuming if asked), save the final model, optionally export `.pth` and push to the Hub."""
     args = trainer.args
@@ -367,8 +383,7 @@ def run(trainer, script_args):
     if script_args.save_native_pth and trainer.is_world_process_zero():
         logger.info("native MiniMind weights written to %s", export_native_weights(args.output_dir))
     if args.push_to_hub:
-        if trainer.is_world_process_zero():
-            check_push_folder(args.output_dir)
+        _check_push_on_all_ranks(trainer)
         trainer.push_to_hub(model_name=model_name, dataset_name=hub_dataset)
     trainer.accelerator.wait_for_everyone()
     return trainer
