@@ -14,6 +14,7 @@ integrations) is checked first. Programs (the demo) use the same path: `parse_re
 """
 
 import difflib
+import functools
 import importlib
 import logging
 import os
@@ -207,10 +208,12 @@ class RunPlan:
     callbacks: list
 
 
-def check_run(script_args, training_args, model_args) -> RunPlan:
-    """All checks that need no model; raises a `ValueError` subclass whose message names the culprit."""
+def check_run(script_args, training_args, model_args, check_data: bool = True) -> RunPlan:
+    """All checks that need no model; raises a `ValueError` subclass whose message names the culprit.
+    `check_data=False` when the caller brings its own dataset."""
     check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
-    check_dataset_source(script_args.dataset_name, script_args.dataset_config)
+    if check_data:
+        check_dataset_source(script_args.dataset_name, script_args.dataset_config)
     kind = check_reward_specs(script_args, training_args)
     check_reporting(training_args.report_to)
     if script_args.save_native_pth and model_args.use_peft:
@@ -239,6 +242,7 @@ def check_run(script_args, training_args, model_args) -> RunPlan:
 # --------------------------------------------------------------------------- building
 
 
+@functools.cache
 def _trainer_class():
     from .trainer import MiniMindGRPOTrainer
 
@@ -283,11 +287,7 @@ def build_trainer(
     """
     from .model_loading import resolve_policy
 
-    plan = (
-        check_run(script_args, training_args, model_args)
-        if train_dataset is None
-        else _check_run_without_data(script_args, training_args, model_args)
-    )
+    plan = check_run(script_args, training_args, model_args, check_data=train_dataset is None)
     training_args.resume_from_checkpoint = plan.resume_from_checkpoint
     dataset = train_dataset if train_dataset is not None else load_train_dataset(script_args, training_args)
     policy = resolve_policy(model_args, script_args, training_args)
@@ -324,15 +324,6 @@ def build_trainer(
         settings=seed_settings(training_args, script_args),
     )
     return trainer
-
-
-def _check_run_without_data(script_args, training_args, model_args) -> RunPlan:
-    name = script_args.dataset_name
-    script_args.dataset_name = name or "<in-memory dataset>"
-    try:
-        return check_run(script_args, training_args, model_args)
-    finally:
-        script_args.dataset_name = name
 
 
 # --------------------------------------------------------------------------- running

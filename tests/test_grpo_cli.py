@@ -288,3 +288,26 @@ def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
     )
     card = (out / "README.md").read_text()
     assert f"**Base model:** `{native}`" in card
+
+
+def test_programs_build_the_same_trainer_with_their_own_data_and_callbacks(tmp_path, policy, data):
+    """The demo's route: parse a recipe, bring a dataset and callbacks, get the entry point's trainer."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from minimind_trl.grpo import build_trainer
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    class Marker(TrainerCallback):
+        pass
+
+    recipe = tiny_recipe(tmp_path, policy, data, dataset_name=None)
+    script_args, training_args, model_args, parsed = parse_recipe(recipe)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 4)
+    trainer = build_trainer(
+        script_args, training_args, model_args, callbacks=[Marker()], recipe=parsed, train_dataset=dataset
+    )
+    assert isinstance(trainer, MiniMindGRPOTrainer)
+    assert trainer.train_dataset is dataset
+    assert any(isinstance(callback, Marker) for callback in trainer.callback_handler.callbacks)
+    assert trainer.run_card.recipe == str(recipe) and trainer.run_card.reward_funcs == script_args.reward_funcs
