@@ -45,9 +45,18 @@ class RecipeError(ValueError):
 
 
 def _setup_errors() -> tuple:
+    from .convert import ConversionError
     from .data import RLAIFDataError
 
-    return (RecipeError, ModelSourceError, RewardSpecError, ResumeError, PushCheckError, RLAIFDataError)
+    return (
+        RecipeError,
+        ModelSourceError,
+        RewardSpecError,
+        ResumeError,
+        PushCheckError,
+        RLAIFDataError,
+        ConversionError,
+    )
 
 
 @dataclass

@@ -311,3 +311,12 @@ def test_programs_build_the_same_trainer_with_their_own_data_and_callbacks(tmp_p
     assert trainer.train_dataset is dataset
     assert any(isinstance(callback, Marker) for callback in trainer.callback_handler.callbacks)
     assert trainer.run_card.recipe == str(recipe) and trainer.run_card.reward_funcs == script_args.reward_funcs
+
+
+def test_native_checkpoint_that_does_not_convert_is_a_clean_error(tmp_path, policy, data, capsys):
+    native = tmp_path / "reason_32.pth"
+    torch.save({"model.embed_tokens.weight": torch.zeros(4, 8)}, native)  # no layers: not a MiniMind checkpoint
+    recipe = tiny_recipe(tmp_path, policy, data, model_name_or_path=str(native), tokenizer_name_or_path=str(policy))
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2 and str(native) in err
+    assert not (tmp_path / "out" / "_base_model").exists()
