@@ -141,7 +141,9 @@ def test_two_process_checkpoint_resumes_on_one_process(ddp, setup, capsys):
     assert max((end[k] - start[k]).abs().max().item() for k in start) > 1e-4
 
 
-def test_zero3_two_processes_partition_and_generate(setup):
+@pytest.fixture(scope="module")
+def zero3(setup):
+    """2 processes under ZeRO-3, with a (whole, unpartitioned) reward model and a checkpoint at every step."""
     folder = run_dir(setup, "zero3")
     recipe = tiny_recipe(
         folder,
@@ -150,11 +152,16 @@ def test_zero3_two_processes_partition_and_generate(setup):
         per_device_train_batch_size=4,
         reward_funcs=["format", "grpo_fixtures:token_reward", "reward_model"],
         reward_model_name_or_path=str(setup.reward_model),
+        save_strategy="steps",
+        save_steps=1,
     )
     result = launch("zero3", 2, recipe, folder / "probe")
     assert result.returncode == 0, result.stderr[-4000:]
+    return SimpleNamespace(folder=folder, probe=folder / "probe", out=folder / "out", recipe=recipe)
 
-    probe = folder / "probe"
+
+def test_zero3_two_processes_partition_and_generate(setup, zero3):
+    folder, probe = zero3.folder, zero3.probe
     layouts = [records(probe, "layout", rank)[0] for rank in (0, 1)]
     from minimind_trl import MiniMindForCausalLM
 
@@ -177,6 +184,19 @@ def test_zero3_two_processes_partition_and_generate(setup):
     assert max((saved[k].float() - initial[k]).abs().max().item() for k in initial) > 1e-4
     card = (out / "README.md").read_text()
     assert "| reward_model (`" in card
+
+
+def test_zero3_resume_from_a_deepspeed_checkpoint_is_exact(setup, zero3):
+    folder = run_dir(setup, "zero3-resumed")
+    checkpoint = zero3.out / "checkpoint-1"
+    assert (checkpoint / "rng_state_0.pth").is_file() and list(checkpoint.glob("global_step1/*optim_states.pt"))
+    args = ["--resume_from_checkpoint", str(checkpoint), "--output_dir", str(folder / "out")]
+    result = launch("zero3", 2, zero3.recipe, folder / "probe", *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    resumed, straight = load_file(folder / "out" / "model.safetensors"), load_file(zero3.out / "model.safetensors")
+    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
+    for rank in (0, 1):  # the resumed ranks sampled exactly what the uninterrupted ranks sampled at step 2
+        assert records(folder / "probe", "rewards", rank) == records(zero3.probe, "rewards", rank)[1:]
 
 
 def test_zero2_one_process_with_lora(setup):
