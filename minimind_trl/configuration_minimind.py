@@ -218,6 +218,14 @@ class MiniMindConfig(PretrainedConfig):
             **kwargs,
         )
 
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Configs written by upstream MiniMind carry no `minimind_generation`; tell the generations apart by the
+        keys each one writes, so an upstream MiniMind-3 folder is not read as MiniMind2."""
+        if "minimind_generation" not in config_dict and "minimind_generation" not in kwargs:
+            config_dict = {**config_dict, "minimind_generation": infer_generation_from_keys(config_dict)}
+        return super().from_dict(config_dict, **kwargs)
+
     @property
     def use_qk_norm(self) -> bool:
         """MiniMind-3 normalises queries and keys per head before RoPE."""
@@ -229,6 +237,22 @@ class MiniMindConfig(PretrainedConfig):
         if self.rope_parameters["rope_type"] != "yarn":
             return False
         return self.max_position_embeddings / self.rope_parameters["original_max_position_embeddings"] > 1.0
+
+
+# keys only one generation's upstream `MiniMindConfig` writes
+_MINIMIND2_ONLY_KEYS = ("n_routed_experts", "aux_loss_alpha", "seq_aux", "n_shared_experts", "scoring_func")
+_MINIMIND3_ONLY_KEYS = ("num_experts", "router_aux_loss_coef", "moe_intermediate_size", "head_dim")
+
+
+def infer_generation_from_keys(config_dict: dict) -> str:
+    """The MiniMind generation of an upstream config dict, from the field names only that generation uses."""
+    has_v2 = [key for key in _MINIMIND2_ONLY_KEYS if key in config_dict]
+    has_v3 = [key for key in _MINIMIND3_ONLY_KEYS if key in config_dict]
+    if has_v2 and has_v3:
+        raise ValueError(
+            f"config mixes MiniMind2 keys {has_v2} and MiniMind-3 keys {has_v3}; set `minimind_generation` explicitly"
+        )
+    return MINIMIND3 if has_v3 else MINIMIND2
 
 
 def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_scaling) -> dict:
@@ -253,4 +277,4 @@ def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_s
     return rope_parameters
 
 
-__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "UPSTREAM_YARN", "default_intermediate_size"]
+__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "UPSTREAM_YARN", "default_intermediate_size", "infer_generation_from_keys"]

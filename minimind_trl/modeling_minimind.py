@@ -342,6 +342,30 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         # expert dispatch has data-dependent shapes
         self._can_compile_fullgraph = not config.use_moe
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' `from_pretrained`, but strict: a checkpoint that does not fit is an error, never a half-load.
+
+        transformers only warns about missing, unexpected or mis-shaped tensors and initialises the missing ones
+        at random; a MiniMind checkpoint of the other generation or another width would then "load" silently.
+        """
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        problems = {key: sorted(map(str, info.get(key) or ())) for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}
+        problems = {key: value for key, value in problems.items() if value}
+        if problems:
+            source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+            details = "; ".join(f"{key}: {', '.join(value[:8])}{' ...' if len(value) > 8 else ''}" for key, value in problems.items())
+            raise ValueError(f"{source} does not fit {cls.__name__} ({model.config.minimind_generation}): {details}")
+        return (model, info) if want_info else model
+
+    def save_pretrained(self, *args, **kwargs):
+        # vLLM's transformers backend looks the backbone up through auto_map["AutoModel"]; transformers only
+        # records the saved class (AutoModelForCausalLM), so name the backbone too when shipping remote code.
+        if getattr(type(self), "_auto_class", None) is not None:
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), "AutoModel": "modeling_minimind.MiniMindModel"}
+        return super().save_pretrained(*args, **kwargs)
+
     def _init_weights(self, module):
         super()._init_weights(module)
         # non-persistent buffers are not in checkpoints; recompute them after meta-device loading
@@ -351,6 +375,9 @@ class MiniMindPreTrainedModel(PreTrainedModel):
 
 
 class MiniMindModel(MiniMindPreTrainedModel):
+    # loading the backbone alone from a causal-LM checkpoint leaves its head behind
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+
     def __init__(self, config: MiniMindConfig):
         super().__init__(config)
         self.vocab_size = config.vocab_size

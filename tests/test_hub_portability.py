@@ -28,7 +28,7 @@ class BlockMiniMindTrl:
 
 sys.meta_path.insert(0, BlockMiniMindTrl())
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModel, AutoModelForCausalLM
 
 try:
     import minimind_trl  # noqa: F401
@@ -42,8 +42,11 @@ results = {}
 for folder in sys.argv[3:]:
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
     assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    backbone = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()  # vLLM's transformers backend
     with torch.no_grad():
         results[folder] = model(input_ids, attention_mask=attention_mask).logits
+        hidden = backbone(input_ids, attention_mask=attention_mask).last_hidden_state
+        assert torch.equal(hidden, model.model(input_ids, attention_mask=attention_mask).last_hidden_state)
 assert not any(name.startswith("minimind_trl") for name in sys.modules)
 torch.save(results, sys.argv[2])
 """
@@ -74,6 +77,7 @@ def test_saved_folders_load_with_remote_code_without_the_package(tmp_path):
         config = json.loads((folder / "config.json").read_text())
         assert config["auto_map"] == {
             "AutoConfig": "configuration_minimind.MiniMindConfig",
+            "AutoModel": "modeling_minimind.MiniMindModel",
             "AutoModelForCausalLM": "modeling_minimind.MiniMindForCausalLM",
         }
         assert (folder / "configuration_minimind.py").is_file() and (folder / "modeling_minimind.py").is_file()

@@ -278,3 +278,42 @@ def test_config_validation_errors_name_the_problem():
         MiniMindConfig(minimind_generation="minimind3", n_shared_experts=1)
     aliased = MiniMindConfig(n_routed_experts=6, aux_loss_alpha=0.1)
     assert (aliased.num_experts, aliased.router_aux_loss_coef) == (6, 0.1)
+
+
+# --------------------------------------------------------------------------- loading folders
+
+
+@pytest.mark.parametrize("era", ["MiniMind2", "MiniMind-3"])
+def test_upstream_style_folder_loads_as_its_generation(tmp_path, era):
+    """An HF folder written by upstream MiniMind has no `minimind_generation`; its keys tell the generation."""
+    import json
+
+    from conftest import FIXTURES
+    from safetensors.torch import save_file
+
+    case = load_fixture_case(era, "moe")
+    resolved = json.loads((FIXTURES / era / "moe" / "config.json").read_text())["resolved_config"]
+    upstream_keys = {k: v for k, v in resolved.items() if k not in ("head_dim_effective", "yarn_frequencies_applied")}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "minimind", **upstream_keys}))
+    state = {k: v.clone() for k, v in case["state_dict"].items() if k != "lm_head.weight"}
+    save_file(state, tmp_path / "model.safetensors")
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert model.config.minimind_generation == case["generation"]
+    with torch.no_grad():
+        logits = model(case["inputs"]["input_ids_nopad"]).logits
+    torch.testing.assert_close(logits, case["expected"]["logits_nopad"], atol=ATOL, rtol=0)
+
+
+def test_from_pretrained_refuses_a_checkpoint_that_does_not_fit(tmp_path):
+    import json
+
+    model = MiniMindForCausalLM(_tiny_config(minimind_generation="minimind3"))
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "minimind_generation": "minimind2"}))
+    with pytest.raises(ValueError, match=r"unexpected_keys: .*q_norm"):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 128, "head_dim": 32}))
+    with pytest.raises((ValueError, RuntimeError), match="mismatched|size"):  # transformers raises this one itself
+        AutoModelForCausalLM.from_pretrained(tmp_path)
