@@ -1,0 +1,444 @@
+"""One GRPO step, side by side: the seed's loop against minimind-trl's trainer, same model, prompts, rewards.
+
+(a) `seed`: `benchmarks/seed_loop.py`, the seed's step re-implemented from the seed walk-through (HF
+    `generate` in training mode with temperature 0.8 and the then-default `top_k=50`, fp32, full-vocabulary
+    per-row log-softmax for policy and reference, a second forward for the MoE aux loss, one reward-model
+    call per completion, AdamW + clip + cosine).
+(b) `ours`: `MiniMindGRPOTrainer` with the same rewards (`format_reward`, `tag_count_reward`,
+    `RewardModelReward` over a batched `InternLM2Scorer`) and the config levers chosen below.
+
+Both start from the same saved policy, the same tiny InternLM2-layout reward model (random weights in the
+published layout, `minimind_trl.reward_models.tiny`) and the same two prompts; both are forced to generate
+exactly `--new-tokens` tokens per completion (`min_new_tokens`), so the work is equal. Each loop runs in its
+own subprocess (sequentially) so its peak RSS is its own. Phase times for (b) come from TRL's own profiling
+hooks (`trl.extras.profiling.ProfilingContext`, recorded instead of sent to a tracker) and trainer callbacks:
+
+    generation     `transformers.generate`
+    logprobs       every `_get_per_token_logps_and_entropies` call (reference + policy)
+    reward         `_calculate_rewards`
+    backward_step  from the end of `compute_loss` to `on_step_end` (backward, clip, AdamW, scheduler)
+    other          the rest of the step (tokenizing, decoding, advantages, logging)
+
+Figures are medians over `--steps` steps after `--warmup` untimed ones. The last line printed is one JSON
+object (`seed_s_per_step`, `ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, ...).
+
+    python benchmarks/grpo_step.py --threads 2                    # hidden 256, 4 layers, 128 new tokens
+    python benchmarks/grpo_step.py --threads 2 --new-tokens 512
+    python benchmarks/grpo_step.py --threads 2 --moe
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+PHASES = ("generation", "logprobs", "reward", "backward_step", "other")
+QUESTIONS = (
+    "What is the capital of France? Please think step by step, then answer.",
+    "为什么天空是蓝色的？请先思考，再回答。",
+)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    model = parser.add_argument_group("model and batch (both loops)")
+    model.add_argument("--hidden-size", type=int, default=256)
+    model.add_argument("--layers", type=int, default=4)
+    model.add_argument("--heads", type=int, default=8)
+    model.add_argument("--kv-heads", type=int, default=2)
+    model.add_argument("--vocab-size", type=int, default=6400)
+    model.add_argument("--moe", action="store_true", help="MiniMind2 MoE (4 experts, top-2, 1 shared expert)")
+    model.add_argument("--prompts", type=int, default=2, help="prompts per step (the seed's --batch_size)")
+    model.add_argument("--generations", type=int, default=8, help="completions per prompt")
+    model.add_argument("--new-tokens", type=int, default=128, help="tokens generated per completion (forced)")
+    model.add_argument("--rm-hidden-size", type=int, default=64, help="stand-in reward model width")
+    model.add_argument("--rm-layers", type=int, default=2, help="stand-in reward model depth")
+    run = parser.add_argument_group("run")
+    run.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
+    run.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    run.add_argument("--threads", type=int, default=None, help="torch threads in both loops (default: torch's)")
+    run.add_argument("--only", choices=["seed", "ours", "proposed"], help="run one side only")
+    ours = parser.add_argument_group("levers of (b)")
+    ours.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                      help="(b)/(c) mixed precision: bf16 autocast (MiniMindGRPOConfig's default) or fp32")
+    ours.add_argument("--cache-implementation", default=None, help="(b)'s generation cache, e.g. 'static'")
+    ours.add_argument("--rm-batch-size", type=int, default=32, help="(b)'s reward-model batch size")
+    ours.add_argument("--continuous-batching", action="store_true",
+                      help="(b) generates with transformers' continuous batching")
+    ours.add_argument("--sampler-dtype", choices=["bf16", "fp32"], default="bf16",
+                      help="(c): weights the lean sampler decodes with (bf16: a bf16 copy refreshed every step)")
+    ours.add_argument("--no-proposed", action="store_true", help="skip (c), the trainer with the proposed changes")
+    parser.add_argument("--role", choices=["seed", "ours", "proposed"], help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def set_threads(args) -> int:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return torch.get_num_threads()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Shared inputs, built once by the parent process
+
+
+def prepare(args, workdir: Path) -> None:
+    """Save the policy, its tokenizer, the reward model and the prompts that both loops load."""
+    import torch
+
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+    from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.tokenization import build_minimind_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = build_minimind_tokenizer()
+    config = MiniMindConfig(
+        hidden_size=args.hidden_size, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, vocab_size=args.vocab_size, use_moe=args.moe,
+        max_position_embeddings=max(32768, 66 + args.new_tokens),
+    )
+    MiniMindForCausalLM(config).save_pretrained(workdir / "policy")
+    tokenizer.save_pretrained(workdir / "policy")
+    write_tiny_internlm2_reward_model(
+        workdir / "reward_model", hidden_size=args.rm_hidden_size, num_hidden_layers=args.rm_layers,
+        intermediate_size=args.rm_hidden_size * 2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
+    conversations = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    conversations = (conversations * ((args.prompts + len(conversations) - 1) // len(conversations)))[: args.prompts]
+    (workdir / "prompts.json").write_text(json.dumps(conversations, ensure_ascii=False))
+
+
+def load_shared(workdir: Path):
+    from transformers import AutoTokenizer
+
+    from minimind_trl.reward_models import load_internlm2_reward_model, load_internlm2_tokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "policy")
+    reward_model = load_internlm2_reward_model(workdir / "reward_model", dtype="float32").eval()
+    reward_tokenizer = load_internlm2_tokenizer(workdir / "reward_model")
+    conversations = json.loads((workdir / "prompts.json").read_text())
+    return tokenizer, reward_model, reward_tokenizer, conversations
+
+
+# --------------------------------------------------------------------------------------------------------------
+# (a) the seed's loop
+
+
+def run_seed(args, workdir: Path) -> dict:
+    threads = set_threads(args)
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from seed_loop import SeedArgs, SeedGRPOLoop
+
+    import minimind_trl  # noqa: F401  (registers MiniMind with the Auto classes)
+    from minimind_trl import MiniMindForCausalLM
+
+    tokenizer, reward_model, reward_tokenizer, conversations = load_shared(workdir)
+    torch.manual_seed(42)
+    policy = MiniMindForCausalLM.from_pretrained(workdir / "policy", dtype=torch.float32)
+    reference = MiniMindForCausalLM.from_pretrained(workdir / "policy", dtype=torch.float32)
+    prompts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+    seed_args = SeedArgs(num_generations=args.generations, max_gen_len=args.new_tokens, min_new_tokens=args.new_tokens)
+    loop = SeedGRPOLoop(
+        policy, reference, tokenizer, lambda chat: reward_model.get_score(reward_tokenizer, chat), seed_args,
+        total_steps=args.warmup + args.steps,
+    )
+    records = [loop.step(prompts) for _ in range(args.warmup + args.steps)]
+    expected_tokens = args.prompts * args.generations * args.new_tokens
+    if any(r["stats"]["completion_tokens"] != expected_tokens for r in records):
+        raise RuntimeError(f"the seed loop generated {[r['stats']['completion_tokens'] for r in records]} tokens per "
+                           f"step; expected {expected_tokens}")
+    timed = records[args.warmup :]
+    return summarize([r["times"] for r in timed], [r["stats"]["completion_tokens"] for r in timed], threads)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# (b) minimind-trl's trainer
+
+
+class _PhaseRecorder:
+    """Collects TRL's profiling spans and the step boundaries of the trainer's loop."""
+
+    def __init__(self):
+        self.spans: list[tuple[str, float, float, float]] = []  # name, wall start, wall end, CPU seconds
+        self.steps: list[dict] = []
+        self.logged_lengths: list[tuple[float, float]] = []  # (min, max) completion length per logged step
+
+    @contextmanager
+    def trl_spans(self):
+        """Record every `ProfilingContext` span TRL opens inside the block (instead of only logging it)."""
+        from trl.extras import profiling
+
+        recorder, original_enter, original_exit = self, profiling.ProfilingContext.__enter__, profiling.ProfilingContext.__exit__
+
+        def enter_and_record(context):
+            context._cpu_start = time.process_time()
+            return original_enter(context)
+
+        def exit_and_record(context, *exc):
+            if context._start_time is not None:
+                name = context.name.rsplit(".", 1)[-1]
+                now, cpu_now = time.perf_counter(), time.process_time()
+                recorder.spans.append((name, context._start_time, now, cpu_now - context._cpu_start))
+            return original_exit(context, *exc)
+
+        profiling.ProfilingContext.__enter__ = enter_and_record
+        profiling.ProfilingContext.__exit__ = exit_and_record
+        try:
+            yield self
+        finally:
+            profiling.ProfilingContext.__enter__ = original_enter
+            profiling.ProfilingContext.__exit__ = original_exit
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        recorder = self
+
+        class StepTimes(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                recorder.steps.append(
+                    {"begin": time.perf_counter(), "cpu_begin": time.process_time(), "span_index": len(recorder.spans)}
+                )
+
+            def on_step_end(self, args, state, control, **kwargs):
+                recorder.steps[-1].update(end=time.perf_counter(), cpu_end=time.process_time())
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "completions/min_length" in logs:
+                    recorder.logged_lengths.append((logs["completions/min_length"], logs["completions/max_length"]))
+
+        return StepTimes()
+
+    def step_times(self) -> list[dict]:
+        out = []
+        for index, step in enumerate(self.steps):
+            stop = self.steps[index + 1]["span_index"] if index + 1 < len(self.steps) else len(self.spans)
+            spans = self.spans[step["span_index"] : stop]
+
+            def total(name):
+                return sum(end - start for span_name, start, end, _ in spans if span_name == name)
+
+            loss_ends = [end for name, _, end, _ in spans if name == "compute_loss"]
+            times = {
+                "generation": total("generate") + total("generate_batch"),
+                "logprobs": total("_get_per_token_logps_and_entropies"),
+                "reward": total("_calculate_rewards"),
+                "backward_step": step["end"] - loss_ends[-1],
+                "total": step["end"] - step["begin"],
+                "cpu_total": step["cpu_end"] - step["cpu_begin"],
+                "cpu_generation": sum(cpu for name, _, _, cpu in spans if name in ("generate", "generate_batch")),
+            }
+            times["other"] = times["total"] - sum(times[k] for k in PHASES[:-1])
+            out.append(times)
+        return out
+
+
+def proposed_trainer_class(sampler_dtype):
+    """`MiniMindGRPOTrainer` with the two changes benchmarks/README.md proposes for `minimind_trl/trainer.py`:
+    the CPU fused log-prob head of `minimind_trl.fast_logprobs` in place of TRL's (swapped in while TRL builds
+    the heads, as the trainer already does for the scoring temperature), and generation through
+    `minimind_trl.fast_generation.FastSampler`."""
+    import torch
+    from trl.trainer import grpo_trainer as trl_grpo
+
+    from minimind_trl import fast_logprobs
+    from minimind_trl.fast_generation import FastSampler
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    class ProposedMiniMindGRPOTrainer(MiniMindGRPOTrainer):
+        def __init__(self, *args, **kwargs):
+            trl_head, trl_grpo.add_fused_lm_head = trl_grpo.add_fused_lm_head, fast_logprobs.add_fused_lm_head
+            try:
+                super().__init__(*args, **kwargs)
+            finally:
+                trl_grpo.add_fused_lm_head = trl_head
+            self._sampler = FastSampler(weights_dtype=torch.bfloat16 if sampler_dtype == "bf16" else None)
+
+        def _generate_single_turn(self, *args, **kwargs):
+            with self._sampler.patch(self.accelerator.unwrap_model(self.model)):
+                return super()._generate_single_turn(*args, **kwargs)
+
+    return ProposedMiniMindGRPOTrainer
+
+
+def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
+    threads = set_threads(args)
+    import torch
+    from datasets import Dataset
+
+    from minimind_trl.rewards import RewardModelReward, format_reward, tag_count_reward
+    from minimind_trl.scorers import InternLM2Scorer
+    from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
+
+    tokenizer, reward_model, reward_tokenizer, conversations = load_shared(workdir)
+    recorder = _PhaseRecorder()
+    total_steps = args.warmup + args.steps
+    config = MiniMindGRPOConfig(
+        output_dir=str(workdir / "ours"),
+        use_cpu=True,
+        bf16=args.precision == "bf16",
+        per_device_train_batch_size=args.prompts * args.generations,
+        num_generations=args.generations,
+        max_completion_length=args.new_tokens,
+        generation_kwargs={"min_new_tokens": args.new_tokens},
+        cache_implementation=args.cache_implementation,
+        use_transformers_continuous_batching=args.continuous_batching,
+        max_steps=total_steps,
+        shuffle_dataset=False,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        logging_steps=1,
+        dataloader_num_workers=0,
+    )
+    scorer = InternLM2Scorer(reward_model, reward_tokenizer, batch_size=args.rm_batch_size)
+    reward_funcs = [format_reward, tag_count_reward, RewardModelReward(scorer, tokenizer=tokenizer)]
+    dataset = Dataset.from_dict({"prompt": conversations * total_steps})
+    torch.manual_seed(42)
+    trainer_class = proposed_trainer_class(args.sampler_dtype) if proposed else MiniMindGRPOTrainer
+    trainer = trainer_class(
+        str(workdir / "policy"), reward_funcs=reward_funcs, args=config, train_dataset=dataset,
+        processing_class=tokenizer, callbacks=[recorder.callback()],
+    )
+    with recorder.trl_spans():
+        trainer.train()
+    step_times = recorder.step_times()
+    if len(step_times) != total_steps:
+        raise RuntimeError(f"expected {total_steps} trainer steps, recorded {len(step_times)}")
+    lengths = recorder.logged_lengths
+    if len(lengths) != total_steps or any(length != (args.new_tokens, args.new_tokens) for length in lengths):
+        raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens} everywhere")
+    tokens = [args.prompts * args.generations * args.new_tokens] * args.steps
+    return summarize(step_times[args.warmup :], tokens, threads)
+
+
+def summarize(step_times: list[dict], completion_tokens: list[int], threads: int) -> dict:
+    median = {key: statistics.median(t[key] for t in step_times) for key in (*PHASES, "total", "cpu_total", "cpu_generation")}
+    tokens = statistics.median(completion_tokens)
+    return {
+        "s_per_step": median["total"],
+        "cpu_s_per_step": median["cpu_total"],
+        "cpu_generation_s": median["cpu_generation"],
+        "phases": {key: median[key] for key in PHASES},
+        "steps_s": [t["total"] for t in step_times],
+        "completion_tokens_per_step": tokens,
+        "gen_tokens_per_s": tokens / median["generation"],
+        "step_tokens_per_s": tokens / median["total"],
+        "peak_rss_mb": peak_rss_mb(),
+        "threads": threads,
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parent: prepare, run both sides, compare
+
+
+def child(role: str, args, workdir: Path, argv: list[str]) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
+    command = [sys.executable, __file__, *argv, "--role", role, "--workdir", str(workdir)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-4000:] + result.stderr[-8000:])
+        raise SystemExit(f"the {role} loop failed (exit {result.returncode})")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+SIDES = (("seed", "seed (a)"), ("ours", "ours (b)"), ("proposed", "proposed (c)"))
+
+
+def report(args, results: dict) -> dict:
+    seed = results.get("seed")
+    print(
+        f"hidden {args.hidden_size}, {args.layers} layers, {args.heads} heads / {args.kv_heads} kv, vocab "
+        f"{args.vocab_size}{', MoE' if args.moe else ''}; {args.prompts} prompts x {args.generations} generations x "
+        f"{args.new_tokens} new tokens; median of {args.steps} steps after {args.warmup} warm-up; "
+        f"{next(iter(results.values()))['threads']} threads"
+    )
+    print(f"(b) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
+          f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}")
+    print(f"(c) (b) + proposed trainer changes: CPU fused log-prob head, lean sampler (weights {args.sampler_dtype})")
+    sides = [(key, label, results[key]) for key, label in SIDES if key in results]
+    header = f"{'':<16}" + "".join(f"{label:>14}" for _, label, _ in sides)
+    if seed:
+        header += "".join(f"{'(' + label[-2] + ')/(a)':>10}" for key, label, _ in sides if key != "seed")
+    print(header)
+    rows = [(p + " s", lambda r, p=p: r["phases"][p]) for p in PHASES] + [
+        ("s/step", lambda r: r["s_per_step"]),
+        ("cpu s/step", lambda r: r["cpu_s_per_step"]),
+        ("cpu gen s", lambda r: r["cpu_generation_s"]),
+        ("gen tok/s", lambda r: r["gen_tokens_per_s"]),
+        ("step tok/s", lambda r: r["step_tokens_per_s"]),
+        ("peak RSS MB", lambda r: r["peak_rss_mb"]),
+    ]
+    for label, get in rows:
+        line = f"{label:<16}" + "".join(f"{get(r):>14.3f}" for _, _, r in sides)
+        if seed:
+            line += "".join(
+                (f"{get(r) / get(seed):>10.3f}" if get(seed) else f"{'-':>10}") for key, _, r in sides if key != "seed"
+            )
+        print(line)
+    summary = {
+        "hidden_size": args.hidden_size, "layers": args.layers, "moe": args.moe, "new_tokens": args.new_tokens,
+        "prompts": args.prompts, "generations": args.generations, "steps": args.steps,
+        "threads": next(iter(results.values()))["threads"], "precision": args.precision,
+        "sampler_dtype": args.sampler_dtype, "cache_implementation": args.cache_implementation,
+        "load_avg_1m_after": os.getloadavg()[0],
+    }
+    for key, _, r in sides:
+        summary[f"{key}_s_per_step"] = r["s_per_step"]
+        summary[f"{key}_cpu_s_per_step"] = r["cpu_s_per_step"]
+        summary[f"{key}_peak_rss_mb"] = r["peak_rss_mb"]
+        summary[f"{key}_phases"] = r["phases"]
+        summary[f"{key}_gen_tokens_per_s"] = r["gen_tokens_per_s"]
+        if seed and key != "seed":
+            prefix = "" if key == "ours" else f"{key}_"
+            summary[f"{prefix}speedup"] = seed["s_per_step"] / r["s_per_step"]
+            summary[f"{prefix}speedup_cpu_time"] = seed["cpu_s_per_step"] / r["cpu_s_per_step"]
+            summary[f"{prefix}rss_ratio"] = r["peak_rss_mb"] / seed["peak_rss_mb"]
+            print(f"{key}: speedup (a)/({'b' if key == 'ours' else 'c'}) {summary[f'{prefix}speedup']:.2f}x wall, "
+                  f"{summary[f'{prefix}speedup_cpu_time']:.2f}x CPU time; peak RSS ratio {summary[f'{prefix}rss_ratio']:.2f}")
+    return summary
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.role:
+        workdir = Path(args.workdir)
+        if args.role == "seed":
+            result = run_seed(args, workdir)
+        else:
+            result = run_ours(args, workdir, proposed=args.role == "proposed")
+        print(json.dumps(result))
+        return 0
+    print(f"load average before: {tuple(round(x, 2) for x in os.getloadavg())}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
+        workdir = Path(tmp)
+        prepare(args, workdir)
+        roles = [args.only] if args.only else ["seed", "ours"] + ([] if args.no_proposed else ["proposed"])
+        results = {role: child(role, args, workdir, argv) for role in roles}
+    print(json.dumps(report(args, results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""A lean sampling loop for GRPO rollouts: what `generate` does for plain top-k sampling, with less overhead.
+
+GRPO samples `G` completions per prompt with temperature and top-k, then scores them with the trainable
+policy. On a CPU, transformers' general `generate` loop spends a large share of each decoding step outside
+the model: a logits-processor chain that masks the vocabulary, a softmax and `multinomial` over every
+vocabulary entry, stopping criteria and model-kwargs bookkeeping. `FastSampler.generate` runs the same
+computation for the configurations GRPO uses and nothing else:
+
+* temperature, then top-k (ties at the k-th logit kept, as transformers' `TopKLogitsWarper` does), then a
+  draw among the surviving candidates only: the same distribution as `generate`'s full-vocabulary draw;
+* `min_new_tokens` (EOS masked until then), `max_new_tokens`, EOS ids, pad after EOS, early stop when every
+  row has finished, `num_return_sequences`, greedy decoding when `do_sample=False`;
+* the model's own KV cache (`DynamicCache`), positions counted over real tokens of left-padded prompts.
+
+Any other generation setting (repetition penalty, top-p/min-p, beams, suppressed tokens, ...) makes
+`generate` fall back to the model's stock `generate`, so behaviour never changes silently. Greedy output
+equals stock `generate` token for token (tested).
+
+Optionally (`weights_dtype=torch.bfloat16`) the sampler decodes with a bf16 copy of the weights, refreshed
+from the policy on every call: decoding small batches is bound by reading the weights, so half the bytes
+is nearly half the time on CPU. The completions then come from the bf16-rounded policy; the log-probs the
+loss uses are still computed by the trainer from the real weights. It is off by default.
+
+Use it around code that calls `model.generate` (e.g. TRL's GRPO generation step):
+
+    sampler = FastSampler()
+    with sampler.patch(model):
+        ...  # model.generate(...) now runs the lean loop where it applies
+"""
+
+import copy
+from contextlib import contextmanager
+
+import torch
+from transformers import DynamicCache, GenerationConfig
+
+# GenerationConfig fields the lean loop implements (within the limits `unsupported_settings` checks).
+SUPPORTED_FIELDS = frozenset(
+    {
+        "max_new_tokens", "max_length", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p",
+        "repetition_penalty", "pad_token_id", "bos_token_id", "eos_token_id", "num_return_sequences", "use_cache",
+        "cache_implementation", "disable_compile", "compile_config", "output_attentions", "output_hidden_states",
+        "transformers_version", "_from_model_config",
+    }
+)
+
+
+def unsupported_settings(config: GenerationConfig) -> list[str]:
+    """The settings of a *prepared* config (`model._prepare_generation_config`) the lean loop lacks; empty when
+    it can run. A field is a problem when it is outside `SUPPORTED_FIELDS` and differs from both `None` and
+    transformers' global default."""
+    defaults = GenerationConfig._get_default_generation_params()
+    problems = [
+        f"{key}={value!r}"
+        for key, value in config.to_dict().items()
+        if key not in SUPPORTED_FIELDS and value is not None and value != defaults.get(key, object()) and value != {}
+    ]
+    if config.do_sample and config.top_p is not None and config.top_p < 1.0:
+        problems.append(f"top_p={config.top_p}")
+    if config.min_p is not None:
+        problems.append(f"min_p={config.min_p}")
+    if config.repetition_penalty not in (None, 1.0):
+        problems.append(f"repetition_penalty={config.repetition_penalty}")
+    if config.cache_implementation not in (None, "dynamic"):
+        problems.append(f"cache_implementation={config.cache_implementation!r}")
+    if config.output_attentions or config.output_hidden_states:
+        problems.append("output_attentions/output_hidden_states")
+    if config.use_cache is False:
+        problems.append("use_cache=False")
+    if config.max_new_tokens is None:
+        problems.append("max_new_tokens unset")
+    return problems
+
+
+def _eos_ids(config: GenerationConfig, device) -> torch.Tensor:
+    eos = config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return torch.tensor(eos, dtype=torch.long, device=device)
+
+
+def _sample_top_k(scores: torch.Tensor, top_k: int) -> torch.Tensor:
+    """One token per row from softmax(scores) restricted to the top-k scores (ties at the k-th kept)."""
+    values, indices = scores.topk(top_k, dim=-1)
+    kept = (scores >= values[:, -1:]).sum(dim=-1)
+    if bool((kept > top_k).any()):  # a tie at the k-th score: transformers keeps every tied token
+        masked = scores.masked_fill(scores < values[:, -1:], float("-inf"))
+        return torch.multinomial(masked.softmax(dim=-1), 1).squeeze(1)
+    choice = torch.multinomial(values.softmax(dim=-1), 1)
+    return indices.gather(1, choice).squeeze(1)
+
+
+class FastSampler:
+    """Runs `generate` for GRPO-style sampling through a lean decoding loop (see the module docstring).
+
+    Args:
+        weights_dtype: decode with a copy of the weights in this dtype (e.g. `torch.bfloat16`); `None` (default)
+            decodes with the model itself.
+    """
+
+    def __init__(self, weights_dtype: torch.dtype | None = None):
+        self.weights_dtype = weights_dtype
+        self._shadow: torch.nn.Module | None = None
+        self._shadow_of: int | None = None
+
+    # --- weights used for decoding ---------------------------------------------------------------------
+
+    def _decoder(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model itself, or its reduced-precision copy with the current weights."""
+        if self.weights_dtype is None or all(p.dtype == self.weights_dtype for p in model.parameters()):
+            return model
+        if self._shadow is None or self._shadow_of != id(model):
+            shadow = copy.deepcopy(model)
+            # instance-level forwards (TRL's fused head, accelerate's autocast wrapper) close over `model`
+            for attribute in ("forward", "_original_forward", "generate"):
+                shadow.__dict__.pop(attribute, None)
+            for parameter in shadow.parameters():  # parameters only: RoPE tables and other buffers keep their dtype
+                parameter.data = parameter.data.to(self.weights_dtype)
+            self._shadow, self._shadow_of = shadow.requires_grad_(False).eval(), id(model)
+        with torch.no_grad():
+            for target, source in zip(self._shadow.parameters(), model.parameters(), strict=True):
+                target.copy_(source)
+        return self._shadow
+
+    # --- generation ------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, model, input_ids: torch.LongTensor | None = None, generation_config=None, **kwargs):
+        """`model.generate(input_ids, generation_config=..., **kwargs)`: the lean loop where the settings allow
+        it, stock `generate` otherwise. Returns `[B * num_return_sequences, P + new]`, prompts included."""
+        config, model_kwargs = model._prepare_generation_config(generation_config, **kwargs)
+        attention_mask = model_kwargs.pop("attention_mask", None)
+        if input_ids is None or model_kwargs or unsupported_settings(config):
+            return type(model).generate(model, input_ids, generation_config=generation_config, **kwargs)
+        return self._sample(model, input_ids, attention_mask, config)
+
+    def _sample(self, model, input_ids, attention_mask, config: GenerationConfig) -> torch.LongTensor:
+        device = input_ids.device
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        repeats = config.num_return_sequences or 1
+        if repeats > 1:
+            input_ids = input_ids.repeat_interleave(repeats, dim=0)
+            attention_mask = attention_mask.repeat_interleave(repeats, dim=0)
+        batch, prompt_length = input_ids.shape
+        max_new = config.max_new_tokens
+        min_new = config.min_new_tokens or 0
+        eos = _eos_ids(config, device)
+        pad = config.pad_token_id if config.pad_token_id is not None else (int(eos[0]) if len(eos) else 0)
+        top_k = min(config.top_k or 0, model.config.get_text_config().vocab_size)
+        temperature = config.temperature if config.temperature not in (None, 0) else 1.0
+
+        decoder = self._decoder(model)
+        was_training = decoder.training
+        decoder.eval()
+        try:
+            mask = torch.cat([attention_mask, attention_mask.new_ones(batch, max_new)], dim=1)
+            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            cache = DynamicCache(config=decoder.config)
+            outputs = decoder(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache,
+                use_cache=True, logits_to_keep=1,
+            )
+            next_position = positions[:, -1:] + 1
+            tokens = torch.full((batch, max_new), pad, dtype=torch.long, device=device)
+            unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+            for step in range(max_new):
+                scores = outputs.logits[:, -1].float()
+                if step < min_new and len(eos):
+                    scores[:, eos] = float("-inf")
+                if config.do_sample:
+                    scores = scores / temperature
+                    if top_k > 0:
+                        next_tokens = _sample_top_k(scores, top_k)
+                    else:
+                        next_tokens = torch.multinomial(scores.softmax(dim=-1), 1).squeeze(1)
+                else:
+                    next_tokens = scores.argmax(dim=-1)
+                next_tokens = torch.where(unfinished, next_tokens, torch.full_like(next_tokens, pad))
+                tokens[:, step] = next_tokens
+                if len(eos):
+                    unfinished &= ~torch.isin(next_tokens, eos)
+                if step == max_new - 1 or not bool(unfinished.any()):
+                    tokens = tokens[:, : step + 1]
+                    break
+                outputs = decoder(
+                    input_ids=next_tokens[:, None], attention_mask=mask[:, : prompt_length + step + 1],
+                    position_ids=next_position, cache=cache, use_cache=True,
+                )
+                next_position = next_position + 1
+        finally:
+            decoder.train(was_training)
+        return torch.cat([input_ids, tokens], dim=1)
+
+    @contextmanager
+    def patch(self, model):
+        """Route `model.generate` through `self.generate` inside the block (stock `generate` where unsupported)."""
+        if "generate" in model.__dict__:
+            raise RuntimeError(f"{type(model).__name__}.generate is already patched on this instance")
+
+        def generate(*args, **kwargs):
+            return self.generate(model, *args, **kwargs)
+
+        model.generate = generate
+        try:
+            yield model
+        finally:
+            del model.generate
+
+
+__all__ = ["FastSampler", "SUPPORTED_FIELDS", "unsupported_settings"]

@@ -1,0 +1,78 @@
+"""The benchmark scripts run end to end at toy sizes (no timing is asserted: figures live in benchmarks/README.md)."""
+
+import json
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+TOY = ["--hidden-size", "32", "--layers", "1", "--heads", "4", "--kv-heads", "2"]
+
+
+def _last_json_line(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def test_grpo_step_sides_run_and_report(tmp_path, capsys):
+    import grpo_step
+
+    args = grpo_step.parse_args([*TOY, "--new-tokens", "4", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16",
+                                 "--rm-layers", "1"])
+    grpo_step.prepare(args, tmp_path)
+    results = {
+        "seed": grpo_step.run_seed(args, tmp_path),
+        "ours": grpo_step.run_ours(args, tmp_path),
+        "proposed": grpo_step.run_ours(args, tmp_path, proposed=True),
+    }
+    for side in results.values():
+        assert side["completion_tokens_per_step"] == 2 * 8 * 4
+        assert set(side["phases"]) == set(grpo_step.PHASES)
+        assert side["phases"]["generation"] > 0 and side["phases"]["backward_step"] > 0
+    summary = grpo_step.report(args, results)
+    for key in ("seed_s_per_step", "ours_s_per_step", "speedup", "seed_peak_rss_mb", "ours_peak_rss_mb",
+                "proposed_speedup"):
+        assert summary[key] > 0, key
+    assert "(b)/(a)" in capsys.readouterr().out
+    # TRL's profiling class is restored after the run
+    from trl.extras.profiling import ProfilingContext
+
+    assert ProfilingContext.__exit__.__module__ == "trl.extras.profiling"
+
+
+def test_seed_loop_rewards_follow_the_seed():
+    import torch
+    from seed_loop import SeedArgs, seed_calculate_rewards
+
+    prompt = "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nq?<|im_end|>\n<|im_start|>assistant\n"
+    responses = ["<think>\na\n</think>\n<answer>\nb\n</answer>", "plain text"]
+    seen = []
+
+    def score_one(messages):
+        seen.append(messages)
+        return 10.0 if messages[-1]["content"] == "b" else -1.0
+
+    rewards = seed_calculate_rewards([prompt], responses, score_one, SeedArgs(num_generations=2))
+    # row 0: format 0.5 + tags 1.0 + 0.4 * (-1) + 0.6 * clip(10) = 2.9 ; row 1: -1
+    torch.testing.assert_close(rewards, torch.tensor([2.9, -1.0]))
+    assert [m[:2] for m in seen] == [[{"role": "system", "content": "sys"}, {"role": "user", "content": "q?"}]] * 3
+    assert len(seen) == 3  # one call per completion, a second one for the answer
+
+
+def test_reward_scoring_runs(capsys):
+    import reward_scoring
+
+    code = reward_scoring.main(["--hidden-size", "32", "--layers", "1", "--heads", "4", "--kv-heads", "2",
+                                "--conversations", "4", "--batch-size", "4", "--reps", "1", "--threads", "1"])
+    summary = _last_json_line(capsys.readouterr().out)
+    assert code == 0 and summary["scores_equal"] and summary["one_at_a_time_s"] > 0 and summary["batched_s"] > 0
+
+
+def test_model_vs_llama_runs(capsys):
+    import model_vs_llama
+
+    model_vs_llama.main([*TOY, "--vocab-size", "300", "--batch", "2", "--seq-len", "16", "--prompt-len", "8",
+                         "--new-tokens", "4", "--reps", "1", "--threads", "1", "--llama-source", "state-dict"])
+    summary = _last_json_line(capsys.readouterr().out)
+    assert summary["max_logit_diff"] <= 1e-4 and summary["same_greedy_tokens"]
+    assert {"forward_ratio", "forward_backward_ratio", "decode_ratio", "worst_ratio"} <= set(summary)

@@ -1,0 +1,158 @@
+"""FastSampler: stock `generate`'s results for the settings it implements, stock `generate` for the rest."""
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl.fast_generation import FastSampler, _sample_top_k, unsupported_settings
+
+VOCAB = 300
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = MiniMindConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+    return MiniMindForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    torch.manual_seed(1)
+    input_ids = torch.randint(3, VOCAB, (3, 7))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :3] = 0  # left padding, as TRL and the seed pad prompts
+    attention_mask[1, :1] = 0
+    return input_ids.masked_fill(attention_mask == 0, 0), attention_mask
+
+
+def _config(**kwargs) -> GenerationConfig:
+    return GenerationConfig(pad_token_id=0, bos_token_id=1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(max_new_tokens=12, do_sample=False, eos_token_id=2),
+        dict(max_new_tokens=12, min_new_tokens=6, do_sample=False, eos_token_id=[2, 17, 42]),
+        dict(max_new_tokens=5, do_sample=False, eos_token_id=None),
+    ],
+)
+def test_greedy_equals_stock_generate(model, prompts, settings):
+    input_ids, attention_mask = prompts
+    config = _config(**settings)
+    expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    got = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert torch.equal(got, expected)
+
+
+def test_greedy_stops_early_and_pads_after_eos_like_stock_generate(model, prompts):
+    input_ids, attention_mask = prompts
+    first = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask,
+                                   generation_config=_config(max_new_tokens=4, do_sample=False))
+    eos = [int(first[0, -3]), int(first[1, -2]), int(first[2, -1])]  # tokens each row will emit
+    config = _config(max_new_tokens=10, do_sample=False, eos_token_id=eos)
+    expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    got = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert torch.equal(got, expected)
+    assert got.shape[1] < input_ids.shape[1] + 10  # every row finished: the loop stopped early
+
+
+def test_sampling_shapes_min_new_tokens_and_num_return_sequences(model, prompts):
+    input_ids, attention_mask = prompts
+    config = _config(max_new_tokens=9, min_new_tokens=9, do_sample=True, temperature=0.8, top_k=50,
+                     eos_token_id=list(range(3, VOCAB // 2)), num_return_sequences=4)
+    torch.manual_seed(0)
+    out = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert out.shape == (12, 7 + 9)
+    assert torch.equal(out[:, :7], input_ids.repeat_interleave(4, dim=0))
+    # EOS ids are half the vocabulary, yet min_new_tokens kept every one of them out
+    assert not torch.isin(out[:, 7:], torch.arange(3, VOCAB // 2)).any()
+
+
+def test_top_k_draws_follow_the_filtered_softmax():
+    torch.manual_seed(0)
+    scores = torch.randn(1, 40) * 2
+    top_k = 5
+    values, indices = scores.topk(top_k)
+    expected = torch.zeros(40)
+    expected[indices[0]] = values[0].softmax(-1)
+    draws = _sample_top_k(scores.expand(20000, -1), top_k)
+    frequencies = torch.bincount(draws, minlength=40).float() / draws.numel()
+    assert set(draws.unique().tolist()) <= set(indices[0].tolist())
+    torch.testing.assert_close(frequencies, expected, atol=0.015, rtol=0)
+
+
+def test_top_k_keeps_every_token_tied_at_the_kth_score_like_transformers():
+    scores = torch.tensor([[5.0, 4.0, 3.0, 3.0, 3.0, -1.0, -2.0]])  # k=3 ties tokens 2, 3, 4
+    torch.manual_seed(0)
+    draws = _sample_top_k(scores.expand(6000, -1), 3)
+    assert set(draws.unique().tolist()) == {0, 1, 2, 3, 4}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(repetition_penalty=1.3), dict(top_p=0.9), dict(min_p=0.1), dict(no_repeat_ngram_size=2)],
+)
+def test_other_settings_fall_back_to_stock_generate(model, prompts, settings):
+    input_ids, attention_mask = prompts
+    config = _config(max_new_tokens=6, do_sample=True, top_k=20, eos_token_id=2, **settings)
+    prepared, _ = model._prepare_generation_config(config)
+    assert unsupported_settings(prepared)
+    torch.manual_seed(3)
+    expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    torch.manual_seed(3)
+    got = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert torch.equal(got, expected)
+
+
+def test_trl_generation_settings_are_supported(model):
+    # what TRL's GRPOTrainer builds (transformers path), plus the benchmark's forced length
+    config = GenerationConfig(
+        max_new_tokens=16, do_sample=True, pad_token_id=0, bos_token_id=1, eos_token_id=[2], temperature=0.8,
+        top_p=1.0, top_k=50, min_p=None, repetition_penalty=1.0, cache_implementation=None, min_new_tokens=16,
+        disable_compile=True,
+    )
+    prepared, _ = model._prepare_generation_config(config)
+    assert unsupported_settings(prepared) == []
+
+
+def test_bf16_weights_decode_with_a_refreshed_copy_and_leave_the_model_alone(model, prompts):
+    input_ids, attention_mask = prompts
+    config = _config(max_new_tokens=6, do_sample=False, eos_token_id=None)
+    sampler = FastSampler(weights_dtype=torch.bfloat16)
+    reference = MiniMindForCausalLM(model.config).eval()
+    reference.load_state_dict(model.state_dict())
+    for parameter in reference.parameters():
+        parameter.data = parameter.data.to(torch.bfloat16)
+    got = sampler.generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert torch.equal(got, reference.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+    # a changed policy is picked up on the next call
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1)
+    try:
+        got = sampler.generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        with torch.no_grad():
+            reference.lm_head.weight.copy_(model.lm_head.weight)
+        expected = reference.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        assert torch.equal(got, expected)
+    finally:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(-1)
+
+
+def test_patch_routes_model_generate_and_restores_it(model, prompts):
+    input_ids, attention_mask = prompts
+    config = _config(max_new_tokens=5, do_sample=False, eos_token_id=None)
+    sampler = FastSampler()
+    calls = []
+    original = sampler._sample
+    sampler._sample = lambda *args: calls.append(1) or original(*args)
+    with sampler.patch(model):
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert calls == [1]
+    assert "generate" not in model.__dict__
+    assert torch.equal(out, model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config))
