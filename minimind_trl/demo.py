@@ -1,0 +1,341 @@
+"""`minimind-trl demo`: teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes, offline.
+
+    minimind-trl demo [--steps 300] [--seed 42] [--output-dir minimind-trl-demo]
+
+The demo is the real pipeline on an embedded default, not a separate trainer:
+
+1. a MiniMind-style tokenizer (byte-level BPE, MiniMind's specials and chat template, the reasoning tags as single
+   non-special tokens) learned from the bundled prompts, and a fresh 2-layer MiniMind;
+2. a brief SFT warm start with TRL's `SFTTrainer` on bundled format examples (`recipes/demo/warm_start.yaml`
+   says how brief and why; `--warm-start-steps 0` skips it);
+3. GRPO with `recipes/demo/grpo.yaml` through `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`):
+   `MiniMindGRPOTrainer`, the seed's rule rewards on the decoded completions, the seed's advantages and KL;
+4. `metrics.jsonl`, `reward_curve.png`, the model as a `save_pretrained` folder and a native `.pth`, and a
+   summary: reward over the first vs the last 10 steps and sampled completions before vs after.
+
+Ctrl-C during GRPO saves the current model (folder + `.pth`) into `<output-dir>/interrupted-step-N`.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+PROMPTS_FILE = DATA_DIR / "demo_prompts.jsonl"
+FORMAT_EXAMPLES_FILE = DATA_DIR / "demo_format_examples.jsonl"
+GRPO_RECIPE = "demo/grpo.yaml"
+WARM_START_RECIPE = "demo/warm_start.yaml"
+RUN_MARKER = "demo_run.json"  # marks a folder as a demo run, which a new demo run may replace
+WARM_START_DIR = "_warm_start"
+SAMPLE_PROMPTS = ("What is 7 plus 5?", "法国的首都是哪里？", "What is the opposite of hot?", "狗有几条腿？")
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """The demo's MiniMind: small enough that a GRPO step (32 completions of 32 tokens) takes a fraction of a
+    second on one CPU core; everything else is MiniMindConfig's MiniMind2 default."""
+
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+
+
+class DemoError(ValueError):
+    """A demo invocation that cannot run (the message says why)."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="minimind-trl demo",
+        description="Teach a tiny MiniMind the <think>/<answer> format with GRPO on CPU (offline, a few minutes).",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 300)")
+    parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
+    parser.add_argument("--output-dir", default="minimind-trl-demo", help="where outputs go (default: %(default)s)")
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=None,
+        help="SFT steps on the bundled format examples before GRPO (default: the warm-start recipe's, 60; 0 skips)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default: %(default)s; at this model size more threads mostly add overhead)",
+    )
+    args = parser.parse_args(argv)
+    for name in ("steps", "warm_start_steps", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warm_start_steps" else 1):
+            parser.error(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'warm_start_steps' else '>= 1'}")
+    return args
+
+
+# --------------------------------------------------------------------------- data, tokenizer, model
+
+
+def read_conversations(path: Path) -> list[list[dict]]:
+    from .data import RLAIFDataError
+
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            try:
+                rows.append(json.loads(line)["conversations"])
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise RLAIFDataError(f"{path}:{line_number}: not a MiniMind conversation line ({exc})") from exc
+    return rows
+
+
+def build_tokenizer():
+    """MiniMind-style tokenizer whose merges fit the bundled texts (so a prompt is ~10-20 tokens)."""
+    from .tokenization import build_minimind_tokenizer
+
+    corpus = [
+        turn["content"]
+        for path in (PROMPTS_FILE, FORMAT_EXAMPLES_FILE)
+        for conversation in read_conversations(path)
+        for turn in conversation
+    ]
+    return build_minimind_tokenizer(corpus=corpus)
+
+
+def build_model(vocab_size: int, spec: DemoModel = DemoModel()):
+    from . import MiniMindConfig, MiniMindForCausalLM
+
+    config = MiniMindConfig(
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        vocab_size=vocab_size,
+        use_moe=False,
+    )
+    return MiniMindForCausalLM(config)
+
+
+# --------------------------------------------------------------------------- warm start
+
+
+def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str) -> int:
+    """A brief SFT of `model` on the bundled format examples (in place); returns the number of steps run."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer, TrlParser
+    from transformers import PrinterCallback, ProgressCallback
+
+    from .grpo import resolve_recipe
+
+    argv = ["--config", resolve_recipe(WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
+    if steps is not None:
+        argv += ["--max_steps", str(steps)]
+    (sft_args,) = TrlParser((SFTConfig,)).parse_args_and_config(argv)
+    conversations = read_conversations(FORMAT_EXAMPLES_FILE)
+    dataset = Dataset.from_list([{"prompt": turns[:-1], "completion": turns[-1:]} for turns in conversations])
+    trainer = SFTTrainer(model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer)
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    trainer.train()
+    return sft_args.max_steps
+
+
+def save_folder(model, tokenizer, folder: Path) -> Path:
+    """`save_pretrained` model + tokenizer into `folder`, written aside and renamed into place."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, seed: int = 0):
+    """One completion per prompt, sampled as GRPO samples them, decoded as TRL decodes them, scored with the
+    seed's rule rewards: `[(prompt, completion, reward)]`."""
+    import torch
+
+    from .rewards import format_reward, tag_count_reward
+
+    rendered = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    batch = tokenizer(rendered, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    model.eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        output = model.generate(
+            **batch,
+            do_sample=True,
+            temperature=training_args.temperature,
+            top_k=training_args.top_k,
+            max_new_tokens=training_args.max_completion_length,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    rewards = [f + t for f, t in zip(format_reward(prompts, texts), tag_count_reward(prompts, texts))]
+    return list(zip(prompts, texts, rewards))
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def prepare_output_dir(output_dir: Path) -> None:
+    """Create `output_dir`; replace it only if it holds an earlier demo run (never someone else's files)."""
+    if output_dir.exists() and any(output_dir.iterdir()):
+        if not (output_dir / RUN_MARKER).is_file():
+            raise DemoError(
+                f"--output-dir {output_dir} exists and is not an earlier demo run; pick another --output-dir"
+            )
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / RUN_MARKER).write_text(json.dumps({"command": "minimind-trl demo"}) + "\n")
+
+
+def save_interrupted(trainer, output_dir: Path) -> Path:
+    """The policy as it is now, as a `save_pretrained` folder with its native `.pth`, in `interrupted-step-N`."""
+    from .grpo import export_native_weights
+
+    step = trainer.state.global_step
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    folder = save_folder(model, trainer.processing_class, output_dir / f"interrupted-step-{step}")
+    export_native_weights(str(folder))
+    return folder
+
+
+def quiet_libraries() -> None:
+    """The demo prints its own progress; keep the libraries' progress bars and notices out of it."""
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.utils.logging.disable_progress_bar()
+    datasets.utils.logging.set_verbosity_error()
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import PrinterCallback, ProgressCallback, set_seed
+
+    from .demo_progress import DemoProgress, format_samples, plot_reward_curve, reward_windows
+    from .grpo import build_trainer, parse_recipe, run
+    from .modeling_minimind import MiniMindForCausalLM
+
+    started = time.time()
+    output_dir = Path(args.output_dir).absolute()
+    prepare_output_dir(output_dir)
+    torch.set_num_threads(args.threads)
+    quiet_libraries()
+    set_seed(args.seed)
+
+    tokenizer = build_tokenizer()
+    model = build_model(len(tokenizer))
+    params = sum(p.numel() for p in model.parameters())
+    spec = DemoModel()
+    print(
+        f"Model: MiniMind {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M parameters, "
+        f"vocabulary {len(tokenizer)} (tokenizer learned from the bundled prompts), random init, seed {args.seed}."
+    )
+    if args.warm_start_steps != 0:
+        steps = warm_start(model, tokenizer, args.seed, args.warm_start_steps, str(output_dir / "_warm_start.sft"))
+        shutil.rmtree(output_dir / "_warm_start.sft", ignore_errors=True)
+        print(
+            f"Warm start: {steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}, which shows the model "
+            f"the tags; GRPO has to learn the exact layout and when to stop ({time.time() - started:.0f}s so far)."
+        )
+    else:
+        print("Warm start: none (--warm-start-steps 0); GRPO starts from random weights.")
+    policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
+
+    overrides = {
+        "model_name_or_path": str(policy_dir),
+        "dataset_name": str(PROMPTS_FILE),
+        "output_dir": str(output_dir),
+        "seed": args.seed,
+    }
+    if args.steps is not None:
+        overrides["max_steps"] = args.steps
+    script_args, training_args, model_args, recipe = parse_recipe(GRPO_RECIPE, overrides)
+    del model
+    before = sample_completions(MiniMindForCausalLM.from_pretrained(policy_dir), tokenizer, training_args, seed=args.seed)
+
+    progress = DemoProgress(output_dir / "metrics.jsonl")
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    print(
+        f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
+        f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
+        f"rewards {' + '.join(script_args.reward_funcs)} (max 1.5), recipe {recipe.path}"
+    )
+    grpo_started = time.time()
+    interrupted = None
+    try:
+        run(trainer, script_args)
+    except KeyboardInterrupt:
+        progress.close()
+        interrupted = save_interrupted(trainer, output_dir)
+    grpo_seconds = time.time() - grpo_started
+    final_dir = interrupted or output_dir
+
+    lines = [""]
+    windows = reward_windows(progress.records)
+    if windows is not None:
+        first, last = windows
+        window = min(10, len(progress.records) // 2)
+        lines.append(
+            f"Reward (seed's rule rewards, 0-1.5): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
+            f"({last - first:+.3f}) over {len(progress.records)} steps in {grpo_seconds:.0f}s."
+        )
+    plot = plot_reward_curve(
+        progress.records,
+        output_dir / "reward_curve.png",
+        title=f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter MiniMind, CPU (seed {args.seed})",
+    ) if progress.records else None
+    after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
+    after = sample_completions(after_model, tokenizer, training_args, seed=args.seed)
+    lines += format_samples("Before GRPO (warm-started model):", before)
+    lines += format_samples("After GRPO (saved model):", after)
+    native = sorted(final_dir.glob("grpo_*.pth"))
+    lines.append("Outputs:")
+    if interrupted:
+        lines.append(f"  interrupted at step {trainer.state.global_step}: model saved to {interrupted}")
+    lines.append(f"  model (save_pretrained folder): {final_dir}")
+    lines += [f"  native MiniMind weights: {path}" for path in native]
+    lines.append(f"  per-step metrics: {output_dir / 'metrics.jsonl'}")
+    if plot is not None:
+        lines.append(f"  reward curve: {plot}")
+    elif progress.records:
+        lines.append("  reward curve: skipped (matplotlib missing: pip install 'minimind-trl[plot]')")
+    lines.append(f"Total time {time.time() - started:.0f}s.")
+    print("\n".join(lines))
+    return 130 if interrupted else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .grpo import _setup_errors
+
+    args = parse_args(argv)
+    try:
+        return run_demo(args)
+    except (DemoError, *_setup_errors()) as exc:
+        print(f"minimind-trl demo: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("minimind-trl demo: interrupted before GRPO started; nothing to keep.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

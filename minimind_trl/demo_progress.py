@@ -1,0 +1,136 @@
+"""What `minimind-trl demo` shows and writes: a progress bar with one line per step, `metrics.jsonl`, the reward
+curve, and the closing summary.
+
+The numbers all come from the Trainer's own logs (TRL logs the total reward as `reward` and each reward function
+as `rewards/<name>/mean`), so the demo reports exactly what `minimind-trl grpo` would log.
+"""
+
+import json
+import math
+import os
+from pathlib import Path
+
+from tqdm.auto import tqdm
+from transformers import TrainerCallback
+
+# (label on the per-step line, TRL log key, format)
+STEP_FIELDS = (
+    ("reward", "reward", "{:.3f}"),
+    ("format", "rewards/format_reward/mean", "{:.3f}"),
+    ("tags", "rewards/tag_count_reward/mean", "{:.3f}"),
+    ("len", "completions/mean_length", "{:.1f}"),
+    ("kl", "kl", "{:.4f}"),
+)
+WINDOW = 10  # the summary compares the mean reward of the first and the last WINDOW logged steps
+
+
+class DemoProgress(TrainerCallback):
+    """A progress bar and one short line per step in place of the Trainer's printed log dicts, and every logged
+    step appended to `metrics.jsonl` (one JSON object per line, flushed, so an interrupted run keeps its lines)."""
+
+    def __init__(self, metrics_path: str | os.PathLike, show_lines: bool = True):
+        self.metrics_path = Path(metrics_path)
+        self.show_lines = show_lines
+        self.records: list[dict] = []
+        self._bar = None
+        self._file = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._file = self.metrics_path.open("w", encoding="utf-8")
+        self._bar = tqdm(total=state.max_steps, desc="GRPO", unit="step", dynamic_ncols=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "reward" not in logs:  # the end-of-training summary log has no reward
+            return
+        record = {"step": state.global_step}
+        record.update({key: value for key, value in logs.items() if isinstance(value, (int, float))})
+        self.records.append(record)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._bar is not None:
+            self._bar.update(state.global_step - self._bar.n)
+            if self.show_lines:
+                self._bar.write(format_step_line(record, state.max_steps))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+
+    def close(self):
+        """Close the bar and the metrics file (also called when training is interrupted)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def format_step_line(record: dict, max_steps: int) -> str:
+    width = len(str(max_steps))
+    parts = [f"step {record['step']:>{width}}/{max_steps}"]
+    for label, key, fmt in STEP_FIELDS:
+        if key in record:
+            parts.append(f"{label} {fmt.format(record[key])}")
+    return " | ".join(parts)
+
+
+def reward_windows(records: list[dict], window: int = WINDOW) -> tuple[float, float] | None:
+    """Mean reward of the first and of the last `window` logged steps (None with fewer than 2 steps)."""
+    rewards = [record["reward"] for record in records if math.isfinite(record["reward"])]
+    if len(rewards) < 2:
+        return None
+    window = min(window, len(rewards) // 2)
+    return sum(rewards[:window]) / window, sum(rewards[-window:]) / window
+
+
+def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) -> Path | None:
+    """The total reward per step, its 10-step mean and the two rule rewards, as a small PNG (written atomically).
+
+    Returns None when matplotlib is not installed (it is the optional `plot` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    steps = [record["step"] for record in records]
+    rewards = [record["reward"] for record in records]
+    figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    axes.plot(steps, rewards, color="#9ecae1", linewidth=0.8, label="reward (per step)")
+    if len(rewards) >= WINDOW:
+        smooth = [sum(rewards[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(rewards))]
+        axes.plot(steps[WINDOW - 1 :], smooth, color="#08519c", linewidth=2, label=f"reward ({WINDOW}-step mean)")
+    for key, label, color in (
+        ("rewards/format_reward/mean", "format (0 / 0.5)", "#e6550d"),
+        ("rewards/tag_count_reward/mean", "tags (0 to 1)", "#31a354"),
+    ):
+        values = [record.get(key) for record in records]
+        if all(value is not None for value in values) and len(values) >= WINDOW:
+            smooth = [sum(values[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(values))]
+            axes.plot(steps[WINDOW - 1 :], smooth, color=color, linewidth=1, linestyle="--", label=label)
+    axes.set_xlabel("GRPO step")
+    axes.set_ylabel("rule reward (max 1.5)")
+    axes.set_ylim(0, 1.55)
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    figure.savefig(tmp, format="png")
+    plt.close(figure)
+    os.replace(tmp, path)
+    return path
+
+
+def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[str]:
+    """`(prompt, completion, reward)` triples as summary lines (completion shown with its newlines escaped)."""
+    lines = [title]
+    for prompt, completion, reward in samples:
+        shown = completion.replace("\n", "\\n")
+        lines.append(f"  [{reward:.2f}] {prompt}  ->  {shown!s}")
+    return lines
+
+
+__all__ = ["DemoProgress", "format_samples", "format_step_line", "plot_reward_curve", "reward_windows"]

@@ -1,0 +1,180 @@
+"""`minimind-trl demo`: a short real run (warm start + GRPO through `minimind_trl.grpo`) leaves well-formed
+outputs, Ctrl-C leaves a loadable model, the bundled data is what the demo claims. (Whether the demo *learns* is
+measured by benchmarks/demo_learning.py: too slow for the suite.)"""
+
+import json
+import math
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl import demo
+from minimind_trl.cli import main as cli
+from minimind_trl.data import load_rlaif_dataset
+from minimind_trl.demo_progress import DemoProgress, format_step_line, reward_windows
+from minimind_trl.rewards import format_reward, tag_count_reward
+
+SMOKE_ARGS = ["--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """One real `minimind-trl demo` run, through the CLI dispatcher, shared by the output checks below."""
+    output_dir = tmp_path_factory.mktemp("demo") / "out"
+    rc = cli(["demo", *SMOKE_ARGS, "--output-dir", str(output_dir)])
+    return rc, output_dir
+
+
+def test_demo_exits_cleanly(smoke_run):
+    rc, _ = smoke_run
+    assert rc == 0
+
+
+def test_metrics_jsonl_has_one_record_per_step(smoke_run):
+    _, output_dir = smoke_run
+    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [record["step"] for record in records] == [1, 2, 3, 4]
+    for record in records:
+        assert math.isfinite(record["reward"]) and 0.0 <= record["reward"] <= 1.5
+        # the total TRL logs is the sum of the two rule rewards it logs separately
+        parts = record["rewards/format_reward/mean"] + record["rewards/tag_count_reward/mean"]
+        assert record["reward"] == pytest.approx(parts, abs=1e-6)
+        assert "kl" in record and "completions/mean_length" in record
+
+
+def test_reward_curve_png(smoke_run):
+    pytest.importorskip("matplotlib")
+    _, output_dir = smoke_run
+    png = output_dir / "reward_curve.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    assert not list(output_dir.glob(".*.tmp"))
+
+
+def test_saved_folder_loads_and_generates(smoke_run):
+    _, output_dir = smoke_run
+    model = AutoModelForCausalLM.from_pretrained(output_dir)  # no trust_remote_code: the package registers it
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    assert isinstance(model, MiniMindForCausalLM)
+    assert model.config.hidden_size == demo.DemoModel.hidden_size
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 1 plus 1?"}], add_generation_prompt=True, return_tensors="pt",
+        return_dict=True,
+    )
+    out = model.generate(**prompt, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > prompt["input_ids"].shape[1]
+
+
+def _check_native_pth(folder):
+    """The folder's `grpo_64.pth` loads with weights_only=True, strictly into MiniMind's (upstream's) keys, and
+    holds the folder's weights (fp16)."""
+    (pth,) = folder.glob("grpo_*.pth")
+    assert pth.name == f"grpo_{demo.DemoModel.hidden_size}.pth"
+    state_dict = torch.load(pth, weights_only=True)
+    saved = MiniMindForCausalLM.from_pretrained(folder)
+    fresh = MiniMindForCausalLM(MiniMindConfig.from_pretrained(folder))
+    fresh.load_state_dict(state_dict, strict=True)
+    for name, tensor in saved.state_dict().items():
+        assert state_dict[name].dtype == torch.float16
+        torch.testing.assert_close(state_dict[name].float(), tensor, atol=1e-3, rtol=1e-3)
+
+
+def test_native_pth_loads_strictly(smoke_run):
+    _, output_dir = smoke_run
+    _check_native_pth(output_dir)
+
+
+def test_warm_start_policy_is_kept_for_the_recipe(smoke_run):
+    """The GRPO recipe was fed a real save_pretrained folder (the warm-started policy), as `grpo` would be."""
+    _, output_dir = smoke_run
+    policy = output_dir / demo.WARM_START_DIR
+    assert (policy / "config.json").is_file() and (policy / "tokenizer.json").is_file()
+    assert (output_dir / demo.RUN_MARKER).is_file()
+
+
+def test_ctrl_c_leaves_a_loadable_model(tmp_path, monkeypatch, capsys):
+    original_on_log = DemoProgress.on_log
+
+    def on_log_then_ctrl_c(self, args, state, control, logs=None, **kwargs):
+        original_on_log(self, args, state, control, logs=logs, **kwargs)
+        if state.global_step >= 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(DemoProgress, "on_log", on_log_then_ctrl_c)
+    output_dir = tmp_path / "out"
+    rc = demo.main([*SMOKE_ARGS, "--steps", "6", "--output-dir", str(output_dir)])
+    assert rc == 130
+    folder = output_dir / "interrupted-step-2"
+    assert folder.is_dir() and not (output_dir / "interrupted-step-2.tmp").exists()
+    assert "interrupted at step 2" in capsys.readouterr().out
+    _check_native_pth(folder)
+    assert AutoTokenizer.from_pretrained(folder).chat_template
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in records] == [1, 2]
+
+
+def test_refuses_an_output_dir_that_is_not_a_demo_run(tmp_path, capsys):
+    precious = tmp_path / "notes.txt"
+    precious.write_text("keep me")
+    assert demo.main(["--output-dir", str(tmp_path)]) == 2
+    assert "not an earlier demo run" in capsys.readouterr().err
+    assert precious.read_text() == "keep me"
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--steps", "0"])
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--warm-start-steps", "-1"])
+
+
+# --------------------------------------------------------------------------- bundled data
+
+
+def test_bundled_prompts_are_rlaif_data_in_both_languages():
+    dataset = load_rlaif_dataset(str(demo.PROMPTS_FILE))
+    assert len(dataset) >= 200
+    prompts = [row["prompt"][-1]["content"] for row in dataset]
+    assert len(set(prompts)) == len(prompts)
+    chinese = sum(bool(re.search(r"[\u4e00-\u9fff]", prompt)) for prompt in prompts)
+    assert 0.3 * len(prompts) < chinese < 0.7 * len(prompts)
+
+
+def test_bundled_format_examples_earn_the_full_rule_reward():
+    conversations = demo.read_conversations(demo.FORMAT_EXAMPLES_FILE)
+    replies = [turns[-1]["content"] for turns in conversations]
+    prompts = [turns[0]["content"] for turns in conversations]
+    assert set(format_reward(prompts, replies)) == {0.5}
+    assert set(tag_count_reward(prompts, replies)) == {1.0}
+    assert set(prompts) == {row["prompt"][-1]["content"] for row in load_rlaif_dataset(str(demo.PROMPTS_FILE))}
+
+
+def test_tokenizer_keeps_the_tags_as_single_tokens():
+    tokenizer = demo.build_tokenizer()
+    for tag in ("<think>", "</think>", "<answer>", "</answer>"):
+        assert len(tokenizer(tag, add_special_tokens=False)["input_ids"]) == 1
+    ids = tokenizer("<think>\nx\n</think>", add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "<think>\nx\n</think>"
+
+
+# --------------------------------------------------------------------------- progress helpers
+
+
+def test_reward_windows_compare_first_and_last_steps():
+    records = [{"step": i + 1, "reward": float(i)} for i in range(30)]
+    assert reward_windows(records) == (4.5, 24.5)
+    assert reward_windows(records[:6]) == (1.0, 4.0)  # window shrinks to half the run
+    assert reward_windows(records[:1]) is None
+
+
+def test_step_line_shows_the_logged_values():
+    line = format_step_line(
+        {"step": 7, "reward": 1.25, "rewards/format_reward/mean": 0.5, "rewards/tag_count_reward/mean": 0.75,
+         "completions/mean_length": 12.0, "kl": 0.0123},
+        300,
+    )
+    assert line == "step   7/300 | reward 1.250 | format 0.500 | tags 0.750 | len 12.0 | kl 0.0123"
