@@ -72,8 +72,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ours.add_argument("--rm-batch-size", type=int, default=32, help="(b)'s reward-model batch size")
     ours.add_argument("--continuous-batching", action="store_true",
                       help="(b) generates with transformers' continuous batching")
-    ours.add_argument("--sampler-dtype", choices=["bf16", "fp32"], default="bf16",
+    ours.add_argument("--sampler-dtype", choices=["bf16", "fp32"], default="fp32",
                       help="(c): weights the lean sampler decodes with (bf16: a bf16 copy refreshed every step)")
+    ours.add_argument("--activation-checkpointing", action="store_true",
+                      help="(b)/(c) recompute activations in the backward (less memory, more time)")
+    ours.add_argument("--micro-batch", type=int, default=None,
+                      help="(b)/(c) completions per forward/backward micro-batch (gradient accumulation over one "
+                           "generation batch of prompts x generations); default: the whole batch at once")
     ours.add_argument("--no-proposed", action="store_true", help="skip (c), the trainer with the proposed changes")
     parser.add_argument("--role", choices=["seed", "ours", "proposed"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -159,13 +164,16 @@ def run_seed(args, workdir: Path) -> dict:
         policy, reference, tokenizer, lambda chat: reward_model.get_score(reward_tokenizer, chat), seed_args,
         total_steps=args.warmup + args.steps,
     )
+    rss_before_training = peak_rss_mb()
     records = [loop.step(prompts) for _ in range(args.warmup + args.steps)]
     expected_tokens = args.prompts * args.generations * args.new_tokens
     if any(r["stats"]["completion_tokens"] != expected_tokens for r in records):
         raise RuntimeError(f"the seed loop generated {[r['stats']['completion_tokens'] for r in records]} tokens per "
                            f"step; expected {expected_tokens}")
     timed = records[args.warmup :]
-    return summarize([r["times"] for r in timed], [r["stats"]["completion_tokens"] for r in timed], threads)
+    return summarize(
+        [r["times"] for r in timed], [r["stats"]["completion_tokens"] for r in timed], threads, rss_before_training
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -235,12 +243,18 @@ class _PhaseRecorder:
             def total(name):
                 return sum(end - start for span_name, start, end, _ in spans if span_name == name)
 
-            loss_ends = [end for name, _, end, _ in spans if name == "compute_loss"]
+            # backward + optimizer: from the end of each micro-batch's compute_loss to whatever starts next
+            # (the next micro-batch's _prepare_inputs) or to the end of the step
+            backward = 0.0
+            for name, _, loss_end, _ in spans:
+                if name == "compute_loss":
+                    later = [start for _, start, _, _ in spans if start > loss_end]
+                    backward += min(later, default=step["end"]) - loss_end
             times = {
                 "generation": total("generate") + total("generate_batch"),
                 "logprobs": total("_get_per_token_logps_and_entropies"),
                 "reward": total("_calculate_rewards"),
-                "backward_step": step["end"] - loss_ends[-1],
+                "backward_step": backward,
                 "total": step["end"] - step["begin"],
                 "cpu_total": step["cpu_end"] - step["cpu_begin"],
                 "cpu_generation": sum(cpu for name, _, _, cpu in spans if name in ("generate", "generate_batch")),
@@ -290,16 +304,23 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
     tokenizer, reward_model, reward_tokenizer, conversations = load_shared(workdir)
     recorder = _PhaseRecorder()
     total_steps = args.warmup + args.steps
+    micro_batch = args.micro_batch or args.prompts * args.generations
+    accumulation, remainder = divmod(args.prompts * args.generations, micro_batch)
+    if remainder:
+        raise SystemExit(f"--micro-batch {micro_batch} must divide prompts x generations")
     config = MiniMindGRPOConfig(
         output_dir=str(workdir / "ours"),
         use_cpu=True,
         bf16=args.precision == "bf16",
-        per_device_train_batch_size=args.prompts * args.generations,
+        per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=accumulation,
+        generation_batch_size=args.prompts * args.generations,
         num_generations=args.generations,
         max_completion_length=args.new_tokens,
         generation_kwargs={"min_new_tokens": args.new_tokens},
         cache_implementation=args.cache_implementation,
         use_transformers_continuous_batching=args.continuous_batching,
+        gradient_checkpointing=args.activation_checkpointing,
         max_steps=total_steps,
         shuffle_dataset=False,
         save_strategy="no",
@@ -317,6 +338,7 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
         str(workdir / "policy"), reward_funcs=reward_funcs, args=config, train_dataset=dataset,
         processing_class=tokenizer, callbacks=[recorder.callback()],
     )
+    rss_before_training = peak_rss_mb()
     with recorder.trl_spans():
         trainer.train()
     step_times = recorder.step_times()
@@ -326,10 +348,10 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
     if len(lengths) != total_steps or any(length != (args.new_tokens, args.new_tokens) for length in lengths):
         raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens} everywhere")
     tokens = [args.prompts * args.generations * args.new_tokens] * args.steps
-    return summarize(step_times[args.warmup :], tokens, threads)
+    return summarize(step_times[args.warmup :], tokens, threads, rss_before_training)
 
 
-def summarize(step_times: list[dict], completion_tokens: list[int], threads: int) -> dict:
+def summarize(step_times: list[dict], completion_tokens: list[int], threads: int, rss_before: float) -> dict:
     median = {key: statistics.median(t[key] for t in step_times) for key in (*PHASES, "total", "cpu_total", "cpu_generation")}
     tokens = statistics.median(completion_tokens)
     return {
@@ -342,6 +364,7 @@ def summarize(step_times: list[dict], completion_tokens: list[int], threads: int
         "gen_tokens_per_s": tokens / median["generation"],
         "step_tokens_per_s": tokens / median["total"],
         "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_before_training_mb": rss_before,
         "threads": threads,
     }
 
@@ -374,7 +397,8 @@ def report(args, results: dict) -> dict:
         f"{next(iter(results.values()))['threads']} threads"
     )
     print(f"(b) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
-          f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}")
+          f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}, "
+          f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}")
     print(f"(c) (b) + proposed trainer changes: CPU fused log-prob head, lean sampler (weights {args.sampler_dtype})")
     sides = [(key, label, results[key]) for key, label in SIDES if key in results]
     header = f"{'':<16}" + "".join(f"{label:>14}" for _, label, _ in sides)
@@ -388,6 +412,7 @@ def report(args, results: dict) -> dict:
         ("gen tok/s", lambda r: r["gen_tokens_per_s"]),
         ("step tok/s", lambda r: r["step_tokens_per_s"]),
         ("peak RSS MB", lambda r: r["peak_rss_mb"]),
+        ("  before train", lambda r: r["peak_rss_before_training_mb"]),
     ]
     for label, get in rows:
         line = f"{label:<16}" + "".join(f"{get(r):>14.3f}" for _, _, r in sides)

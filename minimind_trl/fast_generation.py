@@ -10,7 +10,10 @@ computation for the configurations GRPO uses and nothing else:
   draw among the surviving candidates only: the same distribution as `generate`'s full-vocabulary draw;
 * `min_new_tokens` (EOS masked until then), `max_new_tokens`, EOS ids, pad after EOS, early stop when every
   row has finished, `num_return_sequences`, greedy decoding when `do_sample=False`;
-* the model's own KV cache (`DynamicCache`), positions counted over real tokens of left-padded prompts.
+* the model's own KV cache (`DynamicCache`), positions counted over real tokens of left-padded prompts;
+* the model class's own `forward`: instance-level wrappers that training installs on `model.forward` (TRL's
+  fused LM head, accelerate's mixed-precision autocast) are bypassed while decoding, so sampling runs in the
+  weights' own precision, as the seed's did (module hooks still run).
 
 Any other generation setting (repetition penalty, top-p/min-p, beams, suppressed tokens, ...) makes
 `generate` fall back to the model's stock `generate`, so behaviour never changes silently. Greedy output
@@ -152,6 +155,9 @@ class FastSampler:
         decoder = self._decoder(model)
         was_training = decoder.training
         decoder.eval()
+        # Decode with the class's forward: instance-level training wrappers (TRL's fused LM head, accelerate's
+        # mixed-precision autocast) do nothing useful for sampling and the autocast one costs ~15 % per step.
+        wrapped_forward = decoder.__dict__.pop("forward", None)
         try:
             mask = torch.cat([attention_mask, attention_mask.new_ones(batch, max_new)], dim=1)
             positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -188,6 +194,8 @@ class FastSampler:
                 )
                 next_position = next_position + 1
         finally:
+            if wrapped_forward is not None:
+                decoder.forward = wrapped_forward
             decoder.train(was_training)
         return torch.cat([input_ids, tokens], dim=1)
 

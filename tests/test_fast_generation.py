@@ -156,3 +156,22 @@ def test_patch_routes_model_generate_and_restores_it(model, prompts):
     assert calls == [1]
     assert "generate" not in model.__dict__
     assert torch.equal(out, model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config))
+
+
+def test_training_wrappers_on_forward_are_bypassed_while_decoding_and_restored(model, prompts):
+    input_ids, attention_mask = prompts
+    config = _config(max_new_tokens=4, do_sample=False, eos_token_id=None)
+    expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    calls = []
+
+    def wrapper(*args, **kwargs):  # stands for accelerate's autocast wrapper / TRL's fused head
+        calls.append(1)
+        return type(model).forward(model, *args, **kwargs)
+
+    model.forward = wrapper
+    try:
+        got = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        assert model.forward is wrapper
+    finally:
+        del model.forward
+    assert calls == [] and torch.equal(got, expected)
