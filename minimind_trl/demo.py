@@ -215,9 +215,13 @@ def save_interrupted(trainer, output_dir: Path) -> Path:
 
 def quiet_libraries() -> None:
     """The demo prints its own progress; keep the libraries' progress bars and notices out of it."""
+    import warnings
+
     import datasets
     import transformers
 
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the demo runs on CPU; spares DeepSpeed's "no GPU found" notice
+    warnings.filterwarnings("ignore", message=".*is deprecated and will be removed in v6", category=FutureWarning)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.utils.logging.disable_progress_bar()
@@ -305,8 +309,9 @@ def run_demo(args: argparse.Namespace) -> int:
     ) if progress.records else None
     after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
     after = sample_completions(after_model, tokenizer, training_args, seed=args.seed)
-    lines += format_samples("Before GRPO (warm-started model):", before)
-    lines += format_samples("After GRPO (saved model):", after)
+    lines.append("Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5).")
+    lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
+    lines += format_samples("After GRPO (the saved model, read back):", after)
     native = sorted(final_dir.glob("grpo_*.pth"))
     lines.append("Outputs:")
     if interrupted:
@@ -332,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     except (DemoError, *_setup_errors()) as exc:
         print(f"minimind-trl demo: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("minimind-trl demo: interrupted before GRPO started; nothing to keep.", file=sys.stderr)
+    except KeyboardInterrupt:  # outside GRPO training (setup, warm start, summary): nothing half-trained to keep
+        print(f"minimind-trl demo: interrupted; whatever was complete is in {args.output_dir}", file=sys.stderr)
         return 130
 
 

@@ -102,8 +102,8 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
         smooth = [sum(rewards[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(rewards))]
         axes.plot(steps[WINDOW - 1 :], smooth, color="#08519c", linewidth=2, label=f"reward ({WINDOW}-step mean)")
     for key, label, color in (
-        ("rewards/format_reward/mean", "format (0 / 0.5)", "#e6550d"),
-        ("rewards/tag_count_reward/mean", "tags (0 to 1)", "#31a354"),
+        ("rewards/format_reward/mean", "format reward (max 0.5)", "#e6550d"),
+        ("rewards/tag_count_reward/mean", "tag reward (max 1.0)", "#31a354"),
     ):
         values = [record.get(key) for record in records]
         if all(value is not None for value in values) and len(values) >= WINDOW:
@@ -111,10 +111,10 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
             axes.plot(steps[WINDOW - 1 :], smooth, color=color, linewidth=1, linestyle="--", label=label)
     axes.set_xlabel("GRPO step")
     axes.set_ylabel("rule reward (max 1.5)")
-    axes.set_ylim(0, 1.55)
+    axes.set_ylim(0, 1.75)
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
-    axes.legend(loc="upper left", fontsize=8)
+    axes.legend(loc="upper left", fontsize=7.5, ncol=2)
     figure.tight_layout()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")

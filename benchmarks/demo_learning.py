@@ -1,0 +1,85 @@
+"""Does `minimind-trl demo` really learn? Runs the real demo command for several seeds, one after the other,
+and prints the mean rule reward of the first and the last 10 GRPO steps, the gain, the wall time and the load
+average the run saw.
+
+    python benchmarks/demo_learning.py                  # seeds 42 1 2, the demo's defaults
+    python benchmarks/demo_learning.py --seeds 3 4 --steps 300 -- --threads 2
+
+The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on the seed's 0-1.5 rule scale) for 3 seeds, in
+about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (Too slow for the test suite.)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WINDOW = 10
+MIN_GAIN = 0.5
+
+
+def run_seed(seed: int, steps: int | None, extra: list[str], keep: Path | None) -> dict:
+    output_dir = (keep / f"seed{seed}") if keep else Path(tempfile.mkdtemp(prefix=f"demo-seed{seed}-")) / "out"
+    command = [sys.executable, "-m", "minimind_trl.demo", "--seed", str(seed), "--output-dir", str(output_dir)]
+    if steps is not None:
+        command += ["--steps", str(steps)]
+    command += extra
+    load_before = os.getloadavg()[0]
+    started = time.time()
+    result = subprocess.run(command, capture_output=True, text=True)
+    wall = time.time() - started
+    if result.returncode != 0:
+        raise SystemExit(f"seed {seed}: demo failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [record["reward"] for record in records]
+    formats = [record["rewards/format_reward/mean"] for record in records]
+    first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-WINDOW:]) / WINDOW
+    return {
+        "seed": seed,
+        "steps": len(records),
+        "first10": first,
+        "last10": last,
+        "gain": last - first,
+        "format_share_last10": 2 * sum(formats[-WINDOW:]) / WINDOW,  # format reward is 0 or 0.5
+        "wall_s": wall,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "command": " ".join(["minimind-trl demo", *command[3:]]),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
+    parser.add_argument("--keep", type=Path, default=None, help="keep each run's outputs under this folder")
+    parser.add_argument("extra", nargs="*", help="more demo options, after --")
+    args = parser.parse_args()
+
+    print(f"cpus={os.cpu_count()} load average at start={os.getloadavg()}")
+    header = f"{'seed':>5} {'steps':>5} {'first10':>8} {'last10':>7} {'gain':>7} {'fmt%':>5} {'wall_s':>7} {'load':>9}"
+    print(header)
+    results = []
+    for seed in args.seeds:
+        row = run_seed(seed, args.steps, args.extra, args.keep)
+        results.append(row)
+        print(
+            f"{row['seed']:>5} {row['steps']:>5} {row['first10']:>8.3f} {row['last10']:>7.3f} {row['gain']:>+7.3f} "
+            f"{100 * row['format_share_last10']:>4.0f}% {row['wall_s']:>7.1f} {row['load_before']:>4.1f}/{row['load_after']:<4.1f}",
+            flush=True,
+        )
+    passed = [row["gain"] >= MIN_GAIN for row in results]
+    print(
+        f"gain >= {MIN_GAIN} for {sum(passed)}/{len(results)} seeds; min gain {min(r['gain'] for r in results):+.3f}; "
+        f"max wall {max(r['wall_s'] for r in results):.0f}s"
+    )
+    print(json.dumps(results))
+    return 0 if all(passed) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
