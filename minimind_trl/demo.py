@@ -251,11 +251,12 @@ def run_demo(args: argparse.Namespace) -> int:
         f"Model: MiniMind {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M parameters, "
         f"vocabulary {len(tokenizer)} (tokenizer learned from the bundled prompts), random init, seed {args.seed}."
     )
+    warm_steps = 0
     if args.warm_start_steps != 0:
-        steps = warm_start(model, tokenizer, args.seed, args.warm_start_steps, str(output_dir / "_warm_start.sft"))
+        warm_steps = warm_start(model, tokenizer, args.seed, args.warm_start_steps, str(output_dir / "_warm_start.sft"))
         shutil.rmtree(output_dir / "_warm_start.sft", ignore_errors=True)
         print(
-            f"Warm start: {steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}, which shows the model "
+            f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}, which shows the model "
             f"the tags; GRPO has to learn the exact layout and when to stop ({time.time() - started:.0f}s so far)."
         )
     else:
@@ -305,11 +306,15 @@ def run_demo(args: argparse.Namespace) -> int:
     plot = plot_reward_curve(
         progress.records,
         output_dir / "reward_curve.png",
-        title=f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter MiniMind, CPU (seed {args.seed})",
+        title=f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter MiniMind on CPU (seed {args.seed})\n"
+        + (f"after a {warm_steps}-step SFT warm start" if warm_steps else "from random weights, no warm start"),
     ) if progress.records else None
     after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
     after = sample_completions(after_model, tokenizer, training_args, seed=args.seed)
-    lines.append("Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5).")
+    lines.append(
+        "Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5). It scores"
+        " the layout only; the seed's reward model, which scores content, is not part of this offline demo."
+    )
     lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
     lines += format_samples("After GRPO (the saved model, read back):", after)
     native = sorted(final_dir.glob("grpo_*.pth"))

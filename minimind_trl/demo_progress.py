@@ -96,7 +96,7 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
         return None
     steps = [record["step"] for record in records]
     rewards = [record["reward"] for record in records]
-    figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    figure, axes = plt.subplots(figsize=(6.4, 3.8), dpi=100)
     axes.plot(steps, rewards, color="#9ecae1", linewidth=0.8, label="reward (per step)")
     if len(rewards) >= WINDOW:
         smooth = [sum(rewards[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(rewards))]
