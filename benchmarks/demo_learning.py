@@ -18,12 +18,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from minimind_trl.demo_progress import reward_windows
+
 WINDOW = 10
 MIN_GAIN = 0.5
 
 
 def run_seed(seed: int, steps: int | None, extra: list[str], keep: Path | None) -> dict:
-    output_dir = (keep / f"seed{seed}") if keep else Path(tempfile.mkdtemp(prefix=f"demo-seed{seed}-")) / "out"
+    if keep is not None:
+        return _run_seed(seed, steps, extra, keep / f"seed{seed}")
+    with tempfile.TemporaryDirectory(prefix=f"demo-seed{seed}-") as scratch:
+        return _run_seed(seed, steps, extra, Path(scratch) / "out")
+
+
+def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) -> dict:
     command = [sys.executable, "-m", "minimind_trl.demo", "--seed", str(seed), "--output-dir", str(output_dir)]
     if steps is not None:
         command += ["--steps", str(steps)]
@@ -35,16 +43,16 @@ def run_seed(seed: int, steps: int | None, extra: list[str], keep: Path | None) 
     if result.returncode != 0:
         raise SystemExit(f"seed {seed}: demo failed ({result.returncode}):\n{result.stderr[-3000:]}")
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-    rewards = [record["reward"] for record in records]
-    formats = [record["rewards/format_reward/mean"] for record in records]
-    first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-WINDOW:]) / WINDOW
+    window, first, last = reward_windows(records, WINDOW)  # the numbers the demo's own summary prints
+    formats = [record["rewards/format_reward/mean"] for record in records[-window:]]
     return {
         "seed": seed,
         "steps": len(records),
         "first10": first,
         "last10": last,
         "gain": last - first,
-        "format_share_last10": 2 * sum(formats[-WINDOW:]) / WINDOW,  # format reward is 0 or 0.5
+        "window": window,
+        "format_share_last10": 2 * sum(formats) / window,  # format reward is 0 or 0.5
         "wall_s": wall,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],

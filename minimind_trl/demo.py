@@ -232,7 +232,7 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
     from transformers import PrinterCallback, ProgressCallback, set_seed
 
-    from .demo_progress import DemoProgress, format_samples, plot_reward_curve, reward_windows
+    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines
     from .grpo import build_trainer, parse_recipe, run
     from .modeling_minimind import MiniMindForCausalLM
 
@@ -294,40 +294,23 @@ def run_demo(args: argparse.Namespace) -> int:
     grpo_seconds = time.time() - grpo_started
     final_dir = interrupted or output_dir
 
-    lines = [""]
-    windows = reward_windows(progress.records)
-    if windows is not None:
-        first, last = windows
-        window = min(10, len(progress.records) // 2)
-        lines.append(
-            f"Reward (seed's rule rewards, 0-1.5): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
-            f"({last - first:+.3f}) over {len(progress.records)} steps in {grpo_seconds:.0f}s."
-        )
-    plot = plot_reward_curve(
-        progress.records,
-        output_dir / "reward_curve.png",
-        title=f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter MiniMind on CPU (seed {args.seed})\n"
-        + (f"after a {warm_steps}-step SFT warm start" if warm_steps else "from random weights, no warm start"),
-    ) if progress.records else None
+    title = f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter MiniMind on CPU (seed {args.seed})\n" + (
+        f"after a {warm_steps}-step SFT warm start" if warm_steps else "from random weights, no warm start"
+    )
+    plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
     after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
     after = sample_completions(after_model, tokenizer, training_args, seed=args.seed)
-    lines.append(
-        "Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5). It scores"
-        " the layout only; the seed's reward model, which scores content, is not part of this offline demo."
-    )
-    lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
-    lines += format_samples("After GRPO (the saved model, read back):", after)
-    native = sorted(final_dir.glob("grpo_*.pth"))
-    lines.append("Outputs:")
+    outputs = []
     if interrupted:
-        lines.append(f"  interrupted at step {trainer.state.global_step}: model saved to {interrupted}")
-    lines.append(f"  model (save_pretrained folder): {final_dir}")
-    lines += [f"  native MiniMind weights: {path}" for path in native]
-    lines.append(f"  per-step metrics: {output_dir / 'metrics.jsonl'}")
+        outputs.append((f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted)))
+    outputs.append(("model (save_pretrained folder)", str(final_dir)))
+    outputs += [("native MiniMind weights", str(path)) for path in sorted(final_dir.glob("grpo_*.pth"))]
+    outputs.append(("per-step metrics", str(output_dir / "metrics.jsonl")))
     if plot is not None:
-        lines.append(f"  reward curve: {plot}")
+        outputs.append(("reward curve", str(plot)))
     elif progress.records:
-        lines.append("  reward curve: skipped (matplotlib missing: pip install 'minimind-trl[plot]')")
+        outputs.append(("reward curve", "skipped (matplotlib missing: pip install 'minimind-trl[plot]')"))
+    lines = summary_lines(progress.records, grpo_seconds, before, after, outputs)
     lines.append(f"Total time {time.time() - started:.0f}s.")
     print("\n".join(lines))
     return 130 if interrupted else 0

@@ -74,13 +74,14 @@ def format_step_line(record: dict, max_steps: int) -> str:
     return " | ".join(parts)
 
 
-def reward_windows(records: list[dict], window: int = WINDOW) -> tuple[float, float] | None:
-    """Mean reward of the first and of the last `window` logged steps (None with fewer than 2 steps)."""
+def reward_windows(records: list[dict], window: int = WINDOW) -> tuple[int, float, float] | None:
+    """(window, mean reward of the first `window` logged steps, of the last `window`); the window shrinks to half
+    of a short run. None with fewer than 2 steps."""
     rewards = [record["reward"] for record in records if math.isfinite(record["reward"])]
     if len(rewards) < 2:
         return None
     window = min(window, len(rewards) // 2)
-    return sum(rewards[:window]) / window, sum(rewards[-window:]) / window
+    return window, sum(rewards[:window]) / window, sum(rewards[-window:]) / window
 
 
 def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) -> Path | None:
@@ -133,4 +134,25 @@ def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[st
     return lines
 
 
-__all__ = ["DemoProgress", "format_samples", "format_step_line", "plot_reward_curve", "reward_windows"]
+def summary_lines(records, grpo_seconds: float, before, after, outputs: list[tuple[str, str]]) -> list[str]:
+    """The closing summary: reward first vs last steps, what the reward means, samples before/after, outputs."""
+    lines = [""]
+    windows = reward_windows(records)
+    if windows is not None:
+        window, first, last = windows
+        lines.append(
+            f"Reward (seed's rule rewards, 0-1.5): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
+            f"({last - first:+.3f}) over {len(records)} steps in {grpo_seconds:.0f}s."
+        )
+    lines.append(
+        "Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5). It scores"
+        " the layout only; the seed's reward model, which scores content, is not part of this offline demo."
+    )
+    lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
+    lines += format_samples("After GRPO (the saved model, read back):", after)
+    lines.append("Outputs:")
+    lines += [f"  {label}: {where}" for label, where in outputs]
+    return lines
+
+
+__all__ = ["DemoProgress", "format_samples", "format_step_line", "plot_reward_curve", "reward_windows", "summary_lines"]

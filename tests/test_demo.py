@@ -110,7 +110,7 @@ def test_ctrl_c_leaves_a_loadable_model(tmp_path, monkeypatch, capsys):
     assert rc == 130
     folder = output_dir / "interrupted-step-2"
     assert folder.is_dir() and not (output_dir / "interrupted-step-2.tmp").exists()
-    assert "interrupted at step 2" in capsys.readouterr().out
+    assert f"interrupted at step 2, model saved to: {folder}" in capsys.readouterr().out
     _check_native_pth(folder)
     assert AutoTokenizer.from_pretrained(folder).chat_template
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
@@ -166,8 +166,8 @@ def test_tokenizer_keeps_the_tags_as_single_tokens():
 
 def test_reward_windows_compare_first_and_last_steps():
     records = [{"step": i + 1, "reward": float(i)} for i in range(30)]
-    assert reward_windows(records) == (4.5, 24.5)
-    assert reward_windows(records[:6]) == (1.0, 4.0)  # window shrinks to half the run
+    assert reward_windows(records) == (10, 4.5, 24.5)
+    assert reward_windows(records[:6]) == (3, 1.0, 4.0)  # window shrinks to half the run
     assert reward_windows(records[:1]) is None
 
 
