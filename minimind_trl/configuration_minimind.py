@@ -151,6 +151,9 @@ class MiniMindConfig(PretrainedConfig):
             router_aux_loss_coef = aux_loss_alpha
         # Written by older exports of this config; derived below.
         kwargs.pop("use_qk_norm", None)
+        # TRL's SFTTrainer stamps Mixtral's `output_router_logits` onto any config with a `router_aux_loss_coef`;
+        # MiniMind has no router-logits output (its loss travels as `aux_loss`), so a saved flag is dropped here.
+        kwargs.pop("output_router_logits", None)
 
         if minimind_generation not in GENERATIONS:
             raise ValueError(f"minimind_generation must be one of {GENERATIONS}, got {minimind_generation!r}")

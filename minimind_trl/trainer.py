@@ -268,7 +268,11 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
         with _trl_init_overrides(scoring_temperature, reference):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
-        # TRL's own MoE aux path is Mixtral's (router logits); MiniMind returns its loss on the backbone output.
+        # TRL's own MoE aux path is Mixtral's (router logits). MiniMind has no router-logits output and returns its
+        # loss on the backbone output instead, but its config names the coefficient `router_aux_loss_coef`, and an
+        # `output_router_logits` attribute left on it (TRL's SFTTrainer sets one) would switch TRL's path on.
+        if getattr(self.model.config, "model_type", None) == "minimind":
+            self.aux_loss_enabled = False
         self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
         self._rewards_per_func = None
 

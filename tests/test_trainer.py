@@ -506,6 +506,21 @@ def test_trainer_refuses_plain_grpo_config_and_mixtral_aux_coef(tokenizer, tmp_p
         )
 
 
+def test_output_router_logits_left_by_sft_does_not_switch_on_trls_mixtral_path(tokenizer, tmp_path):
+    """TRL's SFTTrainer stamps `output_router_logits` on configs with a `router_aux_loss_coef`; MiniMind's own
+    aux-loss path must stay the one used (TRL's would read `router_logits`, which MiniMind does not return)."""
+    rows, _, _ = fixed_batch(tokenizer, masked=False)
+    model = tiny_model(tokenizer, use_moe=True)
+    model.config.output_router_logits = False  # what SFTTrainer leaves behind
+    trainer = MiniMindGRPOTrainer(
+        model, fixed_reward, grpo_config(tmp_path), train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+    )
+    assert not trainer.aux_loss_enabled and trainer._adds_model_aux_loss
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = type(model).from_pretrained(tmp_path / "saved")
+    assert not hasattr(reloaded.config, "output_router_logits")
+
+
 def test_whole_prompts_without_max_prompt_length(tokenizer, tmp_path):
     rows, _, _ = fixed_batch(tokenizer, masked=False)
     trainer = MiniMindGRPOTrainer(
