@@ -4,27 +4,32 @@
     `generate` in training mode with temperature 0.8 and the then-default `top_k=50`, fp32, full-vocabulary
     per-row log-softmax for policy and reference, a second forward for the MoE aux loss, one reward-model
     call per completion, AdamW + clip + cosine).
-(b) `ours`: `MiniMindGRPOTrainer` with the same rewards (`format_reward`, `tag_count_reward`,
-    `RewardModelReward` over a batched `InternLM2Scorer`) and the config levers chosen below.
+(b) `ours`: `MiniMindGRPOTrainer` as it is, with the same rewards (`format_reward`, `tag_count_reward`,
+    `RewardModelReward` over a batched `InternLM2Scorer`) and the config levers below (`--precision`, ...).
+(c) `proposed`: (b) plus the two trainer changes benchmarks/README.md proposes, applied by a subclass defined
+    here: `minimind_trl.fast_logprobs.add_fused_lm_head` in place of TRL's head (CPU path) and generation
+    through `minimind_trl.fast_generation.FastSampler`. `--no-proposed` skips it.
 
-Both start from the same saved policy, the same tiny InternLM2-layout reward model (random weights in the
-published layout, `minimind_trl.reward_models.tiny`) and the same two prompts; both are forced to generate
-exactly `--new-tokens` tokens per completion (`min_new_tokens`), so the work is equal. Each loop runs in its
-own subprocess (sequentially) so its peak RSS is its own. Phase times for (b) come from TRL's own profiling
-hooks (`trl.extras.profiling.ProfilingContext`, recorded instead of sent to a tracker) and trainer callbacks:
+All start from the same saved policy, the same tiny InternLM2-layout reward model (random weights in the
+published layout, `minimind_trl.reward_models.tiny`) and the same two prompts; all are forced to generate
+exactly `--new-tokens` tokens per completion (`min_new_tokens`, checked), so the work is equal. Each side runs
+in its own subprocess, one after the other, so its peak RSS is its own. Phase times for (b)/(c) come from
+TRL's own profiling hooks (`trl.extras.profiling.ProfilingContext`, recorded instead of sent to a tracker) and
+trainer callbacks:
 
     generation     `transformers.generate`
     logprobs       every `_get_per_token_logps_and_entropies` call (reference + policy)
     reward         `_calculate_rewards`
-    backward_step  from the end of `compute_loss` to `on_step_end` (backward, clip, AdamW, scheduler)
+    backward_step  from the end of each `compute_loss` to what starts next (backward, clip, AdamW, scheduler)
     other          the rest of the step (tokenizing, decoding, advantages, logging)
 
-Figures are medians over `--steps` steps after `--warmup` untimed ones. The last line printed is one JSON
-object (`seed_s_per_step`, `ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, ...).
+Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
+time (steadier on a shared machine). The last line printed is one JSON object (`seed_s_per_step`,
+`ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `proposed_speedup`, ...).
 
-    python benchmarks/grpo_step.py --threads 2                    # hidden 256, 4 layers, 128 new tokens
-    python benchmarks/grpo_step.py --threads 2 --new-tokens 512
-    python benchmarks/grpo_step.py --threads 2 --moe
+    python benchmarks/grpo_step.py --threads 1                    # hidden 256, 4 layers, 128 new tokens
+    python benchmarks/grpo_step.py --threads 1 --new-tokens 512 --steps 3
+    python benchmarks/grpo_step.py --threads 1 --moe
 """
 
 import argparse
@@ -66,19 +71,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     run.add_argument("--threads", type=int, default=None, help="torch threads in both loops (default: torch's)")
     run.add_argument("--only", choices=["seed", "ours", "proposed"], help="run one side only")
     ours = parser.add_argument_group("levers of (b)")
-    ours.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                      help="(b)/(c) mixed precision: bf16 autocast (MiniMindGRPOConfig's default) or fp32")
+    ours.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default="bf16",
+        help="(b)/(c) mixed precision: bf16 autocast (MiniMindGRPOConfig's default) or fp32",
+    )
     ours.add_argument("--cache-implementation", default=None, help="(b)'s generation cache, e.g. 'static'")
     ours.add_argument("--rm-batch-size", type=int, default=32, help="(b)'s reward-model batch size")
-    ours.add_argument("--continuous-batching", action="store_true",
-                      help="(b) generates with transformers' continuous batching")
-    ours.add_argument("--sampler-dtype", choices=["bf16", "fp32"], default="fp32",
-                      help="(c): weights the lean sampler decodes with (bf16: a bf16 copy refreshed every step)")
-    ours.add_argument("--activation-checkpointing", action="store_true",
-                      help="(b)/(c) recompute activations in the backward (less memory, more time)")
-    ours.add_argument("--micro-batch", type=int, default=None,
-                      help="(b)/(c) completions per forward/backward micro-batch (gradient accumulation over one "
-                           "generation batch of prompts x generations); default: the whole batch at once")
+    ours.add_argument(
+        "--continuous-batching", action="store_true", help="(b) generates with transformers' continuous batching"
+    )
+    ours.add_argument(
+        "--sampler-dtype",
+        choices=["bf16", "fp32"],
+        default="fp32",
+        help="(c): weights the lean sampler decodes with (bf16: a bf16 copy refreshed every step)",
+    )
+    ours.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="(b)/(c) recompute activations in the backward (less memory, more time)",
+    )
+    ours.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="(b)/(c) completions per forward/backward micro-batch (gradient accumulation over one "
+        "generation batch of prompts x generations); default: the whole batch at once",
+    )
     ours.add_argument("--no-proposed", action="store_true", help="skip (c), the trainer with the proposed changes")
     parser.add_argument("--role", choices=["seed", "ours", "proposed"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -112,15 +133,23 @@ def prepare(args, workdir: Path) -> None:
     torch.manual_seed(0)
     tokenizer = build_minimind_tokenizer()
     config = MiniMindConfig(
-        hidden_size=args.hidden_size, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads, vocab_size=args.vocab_size, use_moe=args.moe,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        vocab_size=args.vocab_size,
+        use_moe=args.moe,
         max_position_embeddings=max(32768, 66 + args.new_tokens),
     )
     MiniMindForCausalLM(config).save_pretrained(workdir / "policy")
     tokenizer.save_pretrained(workdir / "policy")
     write_tiny_internlm2_reward_model(
-        workdir / "reward_model", hidden_size=args.rm_hidden_size, num_hidden_layers=args.rm_layers,
-        intermediate_size=args.rm_hidden_size * 2, num_attention_heads=4, num_key_value_heads=2,
+        workdir / "reward_model",
+        hidden_size=args.rm_hidden_size,
+        num_hidden_layers=args.rm_layers,
+        intermediate_size=args.rm_hidden_size * 2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
         max_position_embeddings=4096,
     )
     conversations = [[{"role": "user", "content": q}] for q in QUESTIONS]
@@ -161,15 +190,21 @@ def run_seed(args, workdir: Path) -> dict:
     prompts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
     seed_args = SeedArgs(num_generations=args.generations, max_gen_len=args.new_tokens, min_new_tokens=args.new_tokens)
     loop = SeedGRPOLoop(
-        policy, reference, tokenizer, lambda chat: reward_model.get_score(reward_tokenizer, chat), seed_args,
+        policy,
+        reference,
+        tokenizer,
+        lambda chat: reward_model.get_score(reward_tokenizer, chat),
+        seed_args,
         total_steps=args.warmup + args.steps,
     )
     rss_before_training = peak_rss_mb()
     records = [loop.step(prompts) for _ in range(args.warmup + args.steps)]
     expected_tokens = args.prompts * args.generations * args.new_tokens
     if any(r["stats"]["completion_tokens"] != expected_tokens for r in records):
-        raise RuntimeError(f"the seed loop generated {[r['stats']['completion_tokens'] for r in records]} tokens per "
-                           f"step; expected {expected_tokens}")
+        raise RuntimeError(
+            f"the seed loop generated {[r['stats']['completion_tokens'] for r in records]} tokens per "
+            f"step; expected {expected_tokens}"
+        )
     timed = records[args.warmup :]
     return summarize(
         [r["times"] for r in timed], [r["stats"]["completion_tokens"] for r in timed], threads, rss_before_training
@@ -193,7 +228,11 @@ class _PhaseRecorder:
         """Record every `ProfilingContext` span TRL opens inside the block (instead of only logging it)."""
         from trl.extras import profiling
 
-        recorder, original_enter, original_exit = self, profiling.ProfilingContext.__enter__, profiling.ProfilingContext.__exit__
+        recorder, original_enter, original_exit = (
+            self,
+            profiling.ProfilingContext.__enter__,
+            profiling.ProfilingContext.__exit__,
+        )
 
         def enter_and_record(context):
             context._cpu_start = time.process_time()
@@ -240,7 +279,7 @@ class _PhaseRecorder:
             stop = self.steps[index + 1]["span_index"] if index + 1 < len(self.steps) else len(self.spans)
             spans = self.spans[step["span_index"] : stop]
 
-            def total(name):
+            def total(name, spans=spans):
                 return sum(end - start for span_name, start, end, _ in spans if span_name == name)
 
             # backward + optimizer: from the end of each micro-batch's compute_loss to whatever starts next
@@ -335,8 +374,12 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
     torch.manual_seed(42)
     trainer_class = proposed_trainer_class(args.sampler_dtype) if proposed else MiniMindGRPOTrainer
     trainer = trainer_class(
-        str(workdir / "policy"), reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[recorder.callback()],
+        str(workdir / "policy"),
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[recorder.callback()],
     )
     rss_before_training = peak_rss_mb()
     with recorder.trl_spans():
@@ -352,7 +395,9 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
 
 
 def summarize(step_times: list[dict], completion_tokens: list[int], threads: int, rss_before: float) -> dict:
-    median = {key: statistics.median(t[key] for t in step_times) for key in (*PHASES, "total", "cpu_total", "cpu_generation")}
+    median = {
+        key: statistics.median(t[key] for t in step_times) for key in (*PHASES, "total", "cpu_total", "cpu_generation")
+    }
     tokens = statistics.median(completion_tokens)
     return {
         "s_per_step": median["total"],
@@ -396,9 +441,11 @@ def report(args, results: dict) -> dict:
         f"{args.new_tokens} new tokens; median of {args.steps} steps after {args.warmup} warm-up; "
         f"{next(iter(results.values()))['threads']} threads"
     )
-    print(f"(b) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
-          f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}, "
-          f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}")
+    print(
+        f"(b) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
+        f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}, "
+        f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}"
+    )
     print(f"(c) (b) + proposed trainer changes: CPU fused log-prob head, lean sampler (weights {args.sampler_dtype})")
     sides = [(key, label, results[key]) for key, label in SIDES if key in results]
     header = f"{'':<16}" + "".join(f"{label:>14}" for _, label, _ in sides)
@@ -422,10 +469,17 @@ def report(args, results: dict) -> dict:
             )
         print(line)
     summary = {
-        "hidden_size": args.hidden_size, "layers": args.layers, "moe": args.moe, "new_tokens": args.new_tokens,
-        "prompts": args.prompts, "generations": args.generations, "steps": args.steps,
-        "threads": next(iter(results.values()))["threads"], "precision": args.precision,
-        "sampler_dtype": args.sampler_dtype, "cache_implementation": args.cache_implementation,
+        "hidden_size": args.hidden_size,
+        "layers": args.layers,
+        "moe": args.moe,
+        "new_tokens": args.new_tokens,
+        "prompts": args.prompts,
+        "generations": args.generations,
+        "steps": args.steps,
+        "threads": next(iter(results.values()))["threads"],
+        "precision": args.precision,
+        "sampler_dtype": args.sampler_dtype,
+        "cache_implementation": args.cache_implementation,
         "load_avg_1m_after": os.getloadavg()[0],
     }
     for key, _, r in sides:
@@ -439,8 +493,11 @@ def report(args, results: dict) -> dict:
             summary[f"{prefix}speedup"] = seed["s_per_step"] / r["s_per_step"]
             summary[f"{prefix}speedup_cpu_time"] = seed["cpu_s_per_step"] / r["cpu_s_per_step"]
             summary[f"{prefix}rss_ratio"] = r["peak_rss_mb"] / seed["peak_rss_mb"]
-            print(f"{key}: speedup (a)/({'b' if key == 'ours' else 'c'}) {summary[f'{prefix}speedup']:.2f}x wall, "
-                  f"{summary[f'{prefix}speedup_cpu_time']:.2f}x CPU time; peak RSS ratio {summary[f'{prefix}rss_ratio']:.2f}")
+            print(
+                f"{key}: speedup (a)/({'b' if key == 'ours' else 'c'}) {summary[f'{prefix}speedup']:.2f}x wall, "
+                f"{summary[f'{prefix}speedup_cpu_time']:.2f}x CPU time; "
+                f"peak RSS ratio {summary[f'{prefix}rss_ratio']:.2f}"
+            )
     return summary
 
 

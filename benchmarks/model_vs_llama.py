@@ -15,6 +15,7 @@ The last line is one JSON object.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -35,8 +36,11 @@ PHASES = ("forward", "forward_backward", "decode")
 def build_minimind(args) -> MiniMindForCausalLM:
     torch.manual_seed(0)
     config = MiniMindConfig(
-        hidden_size=args.hidden_size, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads, vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        vocab_size=args.vocab_size,
     )
     config._attn_implementation = args.attn_implementation
     return MiniMindForCausalLM(config).eval()
@@ -54,12 +58,19 @@ def llama_twin(model: MiniMindForCausalLM, workdir: Path, args) -> tuple[LlamaFo
         return llama.eval(), "minimind-trl export --format llama"
     cfg = model.config
     llama_config = LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads, hidden_act=cfg.hidden_act,
-        max_position_embeddings=cfg.max_position_embeddings, rms_norm_eps=cfg.rms_norm_eps,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        hidden_act=cfg.hidden_act,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rms_norm_eps=cfg.rms_norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_parameters["rope_theta"]},
-        tie_word_embeddings=True, bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id,
+        tie_word_embeddings=True,
+        bos_token_id=cfg.bos_token_id,
+        eos_token_id=cfg.eos_token_id,
         pad_token_id=cfg.pad_token_id,
     )
     llama_config._attn_implementation = args.attn_implementation
@@ -89,8 +100,12 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--attn-implementation", default="sdpa", choices=["sdpa", "eager"])
-    parser.add_argument("--llama-source", default="export", choices=["export", "state-dict"],
-                        help="build Llama through `minimind-trl export --format llama` or by loading the state dict")
+    parser.add_argument(
+        "--llama-source",
+        default="export",
+        choices=["export", "state-dict"],
+        help="build Llama through `minimind-trl export --format llama` or by loading the state dict",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -117,7 +132,10 @@ def main(argv=None) -> int:
     def decode(model):
         with torch.no_grad():
             model.generate(
-                prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+                prompt,
+                max_new_tokens=args.new_tokens,
+                min_new_tokens=args.new_tokens,
+                do_sample=False,
                 pad_token_id=0,
             )
 
@@ -128,21 +146,31 @@ def main(argv=None) -> int:
 
     models = {"minimind": minimind, "llama": llama}
     results = {name: {phase: [] for phase in PHASES} for name in models}
-    for name, model in models.items():  # warm-up
+    for model in models.values():  # warm-up
         forward(model), forward_backward(model), decode(model)
     for rep in range(args.reps):
         for phase, fn in (("forward", forward), ("forward_backward", forward_backward), ("decode", decode)):
-            for name in (("minimind", "llama") if rep % 2 == 0 else ("llama", "minimind")):
-                results[name][phase].append(timed(lambda: fn(models[name])))
+            for name in ("minimind", "llama") if rep % 2 == 0 else ("llama", "minimind"):
+                results[name][phase].append(timed(functools.partial(fn, models[name])))
 
     summary = {
-        "hidden_size": args.hidden_size, "layers": args.layers, "threads": args.threads, "batch": args.batch,
-        "seq_len": args.seq_len, "new_tokens": args.new_tokens, "reps": args.reps, "llama_source": llama_source,
-        "max_logit_diff": max_diff, "same_greedy_tokens": same_tokens,
+        "hidden_size": args.hidden_size,
+        "layers": args.layers,
+        "threads": args.threads,
+        "batch": args.batch,
+        "seq_len": args.seq_len,
+        "new_tokens": args.new_tokens,
+        "reps": args.reps,
+        "llama_source": llama_source,
+        "max_logit_diff": max_diff,
+        "same_greedy_tokens": same_tokens,
     }
     print(f"MiniMind2 dense h{args.hidden_size} x{args.layers} vs LlamaForCausalLM ({llama_source})")
     print(f"max |logit diff| {max_diff:.2e}; greedy decode tokens equal: {same_tokens}")
-    print(f"{'phase':<18}{'minimind cpu s':>16}{'llama cpu s':>13}{'ratio':>8}{'minimind wall':>15}{'llama wall':>12}{'ratio':>8}")
+    print(
+        f"{'phase':<18}{'minimind cpu s':>16}{'llama cpu s':>13}{'ratio':>8}"
+        f"{'minimind wall':>15}{'llama wall':>12}{'ratio':>8}"
+    )
     worst = 0.0
     for phase in PHASES:
         (ours_wall, ours), (theirs_wall, theirs) = (
@@ -151,14 +179,22 @@ def main(argv=None) -> int:
         )
         ratio, wall_ratio = ours / theirs, ours_wall / theirs_wall
         worst = max(worst, ratio)
-        summary[f"minimind_{phase}_cpu_s"], summary[f"llama_{phase}_cpu_s"], summary[f"{phase}_ratio"] = ours, theirs, ratio
+        summary[f"minimind_{phase}_cpu_s"], summary[f"llama_{phase}_cpu_s"], summary[f"{phase}_ratio"] = (
+            ours,
+            theirs,
+            ratio,
+        )
         summary[f"minimind_{phase}_wall_s"], summary[f"llama_{phase}_wall_s"] = ours_wall, theirs_wall
         summary[f"{phase}_wall_ratio"] = wall_ratio
-        print(f"{phase:<18}{ours:>16.4f}{theirs:>13.4f}{ratio:>8.3f}{ours_wall:>15.4f}{theirs_wall:>12.4f}{wall_ratio:>8.3f}")
+        print(
+            f"{phase:<18}{ours:>16.4f}{theirs:>13.4f}{ratio:>8.3f}{ours_wall:>15.4f}{theirs_wall:>12.4f}{wall_ratio:>8.3f}"
+        )
     summary["worst_ratio"] = worst
     summary["target_met"] = worst <= TARGET_RATIO
-    print(f"worst MiniMind/Llama CPU-time ratio {worst:.3f} (target <= {TARGET_RATIO}): "
-          f"{'met' if worst <= TARGET_RATIO else 'NOT met'}")
+    print(
+        f"worst MiniMind/Llama CPU-time ratio {worst:.3f} (target <= {TARGET_RATIO}): "
+        f"{'met' if worst <= TARGET_RATIO else 'NOT met'}"
+    )
     print(json.dumps(summary))
     return 0
 

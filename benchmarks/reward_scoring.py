@@ -71,9 +71,13 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_tiny_internlm2_reward_model(
-            Path(tmp) / "rm", hidden_size=args.hidden_size, num_hidden_layers=args.layers,
-            num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-            intermediate_size=64 * ((int(args.hidden_size * 8 / 3) + 63) // 64), max_position_embeddings=4096,
+            Path(tmp) / "rm",
+            hidden_size=args.hidden_size,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads,
+            intermediate_size=64 * ((int(args.hidden_size * 8 / 3) + 63) // 64),
+            max_position_embeddings=4096,
         )
         model = load_internlm2_reward_model(folder, dtype=args.dtype).eval()
         tokenizer = load_internlm2_tokenizer(folder)
@@ -88,8 +92,8 @@ def main(argv=None) -> int:
         return batched.score(chats)
 
     reference, scores = one_at_a_time(), all_at_once()  # warm-up, and the equality check
-    max_diff = max(abs(a - b) for a, b in zip(reference, scores))
-    equal = all(abs(a - b) <= args.atol + args.rtol * abs(a) for a, b in zip(reference, scores))
+    max_diff = max(abs(a - b) for a, b in zip(reference, scores, strict=True))
+    equal = all(abs(a - b) <= args.atol + args.rtol * abs(a) for a, b in zip(reference, scores, strict=True))
     times = {"one_at_a_time": [], "batched": []}
     for _ in range(args.reps):
         for name, fn in (("one_at_a_time", one_at_a_time), ("batched", all_at_once)):
@@ -98,18 +102,36 @@ def main(argv=None) -> int:
             times[name].append(time.perf_counter() - start)
     single, batch = (statistics.median(times[k]) for k in ("one_at_a_time", "batched"))
     summary = {
-        "hidden_size": args.hidden_size, "layers": args.layers, "conversations": args.conversations,
-        "batch_size": args.batch_size, "min_words": args.min_words, "max_words": args.max_words, "dtype": args.dtype, "threads": args.threads,
-        "tokens_min": min(lengths), "tokens_max": max(lengths), "tokens_mean": sum(lengths) / len(lengths),
-        "one_at_a_time_s": single, "batched_s": batch, "speedup": single / batch, "max_abs_score_diff": max_diff,
-        "score_range": [min(reference), max(reference)], "scores_equal": equal,
+        "hidden_size": args.hidden_size,
+        "layers": args.layers,
+        "conversations": args.conversations,
+        "batch_size": args.batch_size,
+        "min_words": args.min_words,
+        "max_words": args.max_words,
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "tokens_min": min(lengths),
+        "tokens_max": max(lengths),
+        "tokens_mean": sum(lengths) / len(lengths),
+        "one_at_a_time_s": single,
+        "batched_s": batch,
+        "speedup": single / batch,
+        "max_abs_score_diff": max_diff,
+        "score_range": [min(reference), max(reference)],
+        "scores_equal": equal,
     }
-    print(f"InternLM2-layout stand-in h{args.hidden_size} x{args.layers} ({args.dtype}), {args.conversations} "
-          f"conversations of {min(lengths)}-{max(lengths)} tokens, {args.threads} threads, median of {args.reps}")
-    print(f"one at a time (get_score): {single:.3f} s   batched (InternLM2Scorer, batch {args.batch_size}): {batch:.3f} s"
-          f"   speedup {single / batch:.2f}x")
-    print(f"max |score difference| {max_diff:.2e} on scores in [{min(reference):.1f}, {max(reference):.1f}] "
-          f"(atol {args.atol} + rtol {args.rtol}): {'equal' if equal else 'DIFFERENT'}")
+    print(
+        f"InternLM2-layout stand-in h{args.hidden_size} x{args.layers} ({args.dtype}), {args.conversations} "
+        f"conversations of {min(lengths)}-{max(lengths)} tokens, {args.threads} threads, median of {args.reps}"
+    )
+    print(
+        f"one at a time (get_score): {single:.3f} s   "
+        f"batched (InternLM2Scorer, batch {args.batch_size}): {batch:.3f} s   speedup {single / batch:.2f}x"
+    )
+    print(
+        f"max |score difference| {max_diff:.2e} on scores in [{min(reference):.1f}, {max(reference):.1f}] "
+        f"(atol {args.atol} + rtol {args.rtol}): {'equal' if equal else 'DIFFERENT'}"
+    )
     print(json.dumps(summary))
     return 0 if summary["scores_equal"] else 1
 

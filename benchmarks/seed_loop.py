@@ -56,7 +56,7 @@ def seed_per_token_logps(model, input_ids: torch.Tensor, n_keep: int) -> torch.T
     input_ids = input_ids.detach().clone() if input_ids.is_inference() else input_ids
     logits = model(input_ids, logits_to_keep=n_keep + 1).logits[:, :-1, :]
     rows = []
-    for logits_row, ids_row in zip(logits, input_ids[:, -n_keep:]):
+    for logits_row, ids_row in zip(logits, input_ids[:, -n_keep:], strict=True):
         rows.append(torch.gather(logits_row.log_softmax(dim=-1), 1, ids_row.unsqueeze(1)).squeeze(1))
     return torch.stack(rows)
 
@@ -81,7 +81,8 @@ def seed_calculate_rewards(
     with torch.no_grad():
         for i, prompt in enumerate(prompts):
             messages = [
-                {"role": role, "content": content.strip()} for role, content in re.findall(TURN_PATTERN, prompt, re.DOTALL)
+                {"role": role, "content": content.strip()}
+                for role, content in re.findall(TURN_PATTERN, prompt, re.DOTALL)
             ]
             for j in range(args.num_generations):
                 response = responses[i * args.num_generations + j]
@@ -117,7 +118,11 @@ class SeedGRPOLoop:
         self.step_count += 1
 
         prompt_inputs = tokenizer(
-            prompts, return_tensors="pt", padding=True, return_token_type_ids=False, padding_side="left",
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            return_token_type_ids=False,
+            padding_side="left",
             add_special_tokens=False,
         )
         prompt_inputs = {k: v[:, -args.max_seq_len :] for k, v in prompt_inputs.items()}
@@ -126,8 +131,13 @@ class SeedGRPOLoop:
         with torch.no_grad():
             extra = {"min_new_tokens": args.min_new_tokens} if args.min_new_tokens else {}
             outputs = model.generate(
-                **prompt_inputs, max_new_tokens=args.max_gen_len, do_sample=True, temperature=args.temperature,
-                top_k=args.top_k, num_return_sequences=args.num_generations, pad_token_id=tokenizer.pad_token_id,
+                **prompt_inputs,
+                max_new_tokens=args.max_gen_len,
+                do_sample=True,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                num_return_sequences=args.num_generations,
+                pad_token_id=tokenizer.pad_token_id,
                 **extra,
             )
         times["generation"] = time.perf_counter() - tick

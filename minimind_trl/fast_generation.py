@@ -40,10 +40,27 @@ from transformers import DynamicCache, GenerationConfig
 # GenerationConfig fields the lean loop implements (within the limits `unsupported_settings` checks).
 SUPPORTED_FIELDS = frozenset(
     {
-        "max_new_tokens", "max_length", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p",
-        "repetition_penalty", "pad_token_id", "bos_token_id", "eos_token_id", "num_return_sequences", "use_cache",
-        "cache_implementation", "disable_compile", "compile_config", "output_attentions", "output_hidden_states",
-        "transformers_version", "_from_model_config",
+        "max_new_tokens",
+        "max_length",
+        "min_new_tokens",
+        "do_sample",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "repetition_penalty",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "num_return_sequences",
+        "use_cache",
+        "cache_implementation",
+        "disable_compile",
+        "compile_config",
+        "output_attentions",
+        "output_hidden_states",
+        "transformers_version",
+        "_from_model_config",
     }
 )
 
@@ -163,8 +180,12 @@ class FastSampler:
             positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
             cache = DynamicCache(config=decoder.config)
             outputs = decoder(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache,
-                use_cache=True, logits_to_keep=1,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
             )
             next_position = positions[:, -1:] + 1
             tokens = torch.full((batch, max_new), pad, dtype=torch.long, device=device)
@@ -189,8 +210,11 @@ class FastSampler:
                     tokens = tokens[:, : step + 1]
                     break
                 outputs = decoder(
-                    input_ids=next_tokens[:, None], attention_mask=mask[:, : prompt_length + step + 1],
-                    position_ids=next_position, cache=cache, use_cache=True,
+                    input_ids=next_tokens[:, None],
+                    attention_mask=mask[:, : prompt_length + step + 1],
+                    position_ids=next_position,
+                    cache=cache,
+                    use_cache=True,
                 )
                 next_position = next_position + 1
         finally:

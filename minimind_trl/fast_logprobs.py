@@ -106,8 +106,12 @@ class SelectedTokenLogProbs(torch.autograd.Function):
 
 
 def selected_token_log_probs(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-    with_entropy: bool = False, chunk_size: int | None = None,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of `targets` under `softmax(hidden @ weight.T / temperature)` (and the entropies)."""
     if chunk_size is None:
@@ -124,8 +128,10 @@ def _cpu_path_applies(model, text_config, outputs) -> bool:
         and set(outputs) <= SUPPORTED_OUTPUTS
         and getattr(text_config, "final_logit_softcapping", None) is None
         and not getattr(text_config, "output_router_logits", False)
-        and all(getattr(text_config, key, None) is None for key in ("logit_scale", "output_multiplier",
-                                                                      "lm_head_multiplier", "logits_scaling"))
+        and all(
+            getattr(text_config, key, None) is None
+            for key in ("logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+        )
     )
 
 
@@ -133,7 +139,9 @@ def add_fused_lm_head(
     model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False, outputs: tuple[str, ...] = ("log_probs",)
 ) -> None:
     """`trl.trainer.utils.add_fused_lm_head` (same arguments and output), with the CPU path described above."""
-    trl_utils.add_fused_lm_head(model, temperature=temperature, cast_lm_head_to_fp32=cast_lm_head_to_fp32, outputs=outputs)
+    trl_utils.add_fused_lm_head(
+        model, temperature=temperature, cast_lm_head_to_fp32=cast_lm_head_to_fp32, outputs=outputs
+    )
     text_config = model.config.get_text_config()
     if not _cpu_path_applies(model, text_config, outputs):
         return
@@ -141,15 +149,21 @@ def add_fused_lm_head(
     with_entropy = "entropy" in outputs
 
     @functools.wraps(type(model).forward)
-    def _fused_forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+    def _fused_forward(
+        self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
+    ):
         weight = self.get_output_embeddings().weight
         if not fused_lm_head or weight.device.type != "cpu" or isinstance(weight, DTensor):
             return trl_forward(
-                *args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
-                num_items_in_batch=num_items_in_batch, **kwargs,
+                *args,
+                fused_lm_head=fused_lm_head,
+                labels=labels,
+                shift_labels=shift_labels,
+                num_items_in_batch=num_items_in_batch,
+                **kwargs,
             )
         kwargs["use_cache"] = False
-        backbone_outputs = getattr(self, "base_model")(*args, **kwargs)
+        backbone_outputs = self.base_model(*args, **kwargs)
         if shift_labels is None:
             hidden_states, labels = backbone_outputs.last_hidden_state[:, :-1], labels[:, 1:]
         else:
@@ -161,7 +175,9 @@ def add_fused_lm_head(
                     hidden_states[mask].float(), weight.float(), labels[mask], temperature, with_entropy
                 )
         else:
-            log_probs, entropy = selected_token_log_probs(hidden_states[mask], weight, labels[mask], temperature, with_entropy)
+            log_probs, entropy = selected_token_log_probs(
+                hidden_states[mask], weight, labels[mask], temperature, with_entropy
+            )
         log_probs = log_probs.new_zeros(mask.shape).masked_scatter(mask, log_probs)
         if entropy is not None:
             entropy = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy)

@@ -17,8 +17,9 @@ def _last_json_line(output: str) -> dict:
 def test_grpo_step_sides_run_and_report(tmp_path, capsys):
     import grpo_step
 
-    args = grpo_step.parse_args([*TOY, "--new-tokens", "4", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16",
-                                 "--rm-layers", "1"])
+    args = grpo_step.parse_args(
+        [*TOY, "--new-tokens", "4", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]
+    )
     grpo_step.prepare(args, tmp_path)
     results = {
         "seed": grpo_step.run_seed(args, tmp_path),
@@ -30,8 +31,14 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
         assert set(side["phases"]) == set(grpo_step.PHASES)
         assert side["phases"]["generation"] > 0 and side["phases"]["backward_step"] > 0
     summary = grpo_step.report(args, results)
-    for key in ("seed_s_per_step", "ours_s_per_step", "speedup", "seed_peak_rss_mb", "ours_peak_rss_mb",
-                "proposed_speedup"):
+    for key in (
+        "seed_s_per_step",
+        "ours_s_per_step",
+        "speedup",
+        "seed_peak_rss_mb",
+        "ours_peak_rss_mb",
+        "proposed_speedup",
+    ):
         assert summary[key] > 0, key
     assert "(b)/(a)" in capsys.readouterr().out
     # TRL's profiling class is restored after the run
@@ -62,8 +69,26 @@ def test_seed_loop_rewards_follow_the_seed():
 def test_reward_scoring_runs(capsys):
     import reward_scoring
 
-    code = reward_scoring.main(["--hidden-size", "32", "--layers", "1", "--heads", "4", "--kv-heads", "2",
-                                "--conversations", "4", "--batch-size", "4", "--reps", "1", "--threads", "1"])
+    code = reward_scoring.main(
+        [
+            "--hidden-size",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--conversations",
+            "4",
+            "--batch-size",
+            "4",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+        ]
+    )
     summary = _last_json_line(capsys.readouterr().out)
     assert code == 0 and summary["scores_equal"] and summary["one_at_a_time_s"] > 0 and summary["batched_s"] > 0
 
@@ -71,8 +96,27 @@ def test_reward_scoring_runs(capsys):
 def test_model_vs_llama_runs(capsys):
     import model_vs_llama
 
-    model_vs_llama.main([*TOY, "--vocab-size", "300", "--batch", "2", "--seq-len", "16", "--prompt-len", "8",
-                         "--new-tokens", "4", "--reps", "1", "--threads", "1", "--llama-source", "state-dict"])
+    model_vs_llama.main(
+        [
+            *TOY,
+            "--vocab-size",
+            "300",
+            "--batch",
+            "2",
+            "--seq-len",
+            "16",
+            "--prompt-len",
+            "8",
+            "--new-tokens",
+            "4",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+            "--llama-source",
+            "state-dict",
+        ]
+    )
     summary = _last_json_line(capsys.readouterr().out)
     assert summary["max_logit_diff"] <= 1e-4 and summary["same_greedy_tokens"]
     assert {"forward_ratio", "forward_backward_ratio", "decode_ratio", "worst_ratio"} <= set(summary)

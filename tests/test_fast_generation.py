@@ -13,7 +13,9 @@ VOCAB = 300
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    config = MiniMindConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+    config = MiniMindConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB
+    )
     return MiniMindForCausalLM(config).eval()
 
 
@@ -49,8 +51,12 @@ def test_greedy_equals_stock_generate(model, prompts, settings):
 
 def test_greedy_stops_early_and_pads_after_eos_like_stock_generate(model, prompts):
     input_ids, attention_mask = prompts
-    first = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask,
-                                   generation_config=_config(max_new_tokens=4, do_sample=False))
+    first = FastSampler().generate(
+        model,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        generation_config=_config(max_new_tokens=4, do_sample=False),
+    )
     eos = [int(first[0, -3]), int(first[1, -2]), int(first[2, -1])]  # tokens each row will emit
     config = _config(max_new_tokens=10, do_sample=False, eos_token_id=eos)
     expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
@@ -61,8 +67,15 @@ def test_greedy_stops_early_and_pads_after_eos_like_stock_generate(model, prompt
 
 def test_sampling_shapes_min_new_tokens_and_num_return_sequences(model, prompts):
     input_ids, attention_mask = prompts
-    config = _config(max_new_tokens=9, min_new_tokens=9, do_sample=True, temperature=0.8, top_k=50,
-                     eos_token_id=list(range(3, VOCAB // 2)), num_return_sequences=4)
+    config = _config(
+        max_new_tokens=9,
+        min_new_tokens=9,
+        do_sample=True,
+        temperature=0.8,
+        top_k=50,
+        eos_token_id=list(range(3, VOCAB // 2)),
+        num_return_sequences=4,
+    )
     torch.manual_seed(0)
     out = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
     assert out.shape == (12, 7 + 9)
@@ -110,8 +123,18 @@ def test_other_settings_fall_back_to_stock_generate(model, prompts, settings):
 def test_trl_generation_settings_are_supported(model):
     # what TRL's GRPOTrainer builds (transformers path), plus the benchmark's forced length
     config = GenerationConfig(
-        max_new_tokens=16, do_sample=True, pad_token_id=0, bos_token_id=1, eos_token_id=[2], temperature=0.8,
-        top_p=1.0, top_k=50, min_p=None, repetition_penalty=1.0, cache_implementation=None, min_new_tokens=16,
+        max_new_tokens=16,
+        do_sample=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=[2],
+        temperature=0.8,
+        top_p=1.0,
+        top_k=50,
+        min_p=None,
+        repetition_penalty=1.0,
+        cache_implementation=None,
+        min_new_tokens=16,
         disable_compile=True,
     )
     prepared, _ = model._prepare_generation_config(config)
@@ -127,7 +150,9 @@ def test_bf16_weights_decode_with_a_refreshed_copy_and_leave_the_model_alone(mod
     for parameter in reference.parameters():
         parameter.data = parameter.data.to(torch.bfloat16)
     got = sampler.generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
-    assert torch.equal(got, reference.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config))
+    assert torch.equal(
+        got, reference.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    )
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
     # a changed policy is picked up on the next call
@@ -155,7 +180,9 @@ def test_patch_routes_model_generate_and_restores_it(model, prompts):
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
     assert calls == [1]
     assert "generate" not in model.__dict__
-    assert torch.equal(out, model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config))
+    assert torch.equal(
+        out, model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    )
 
 
 def test_training_wrappers_on_forward_are_bypassed_while_decoding_and_restored(model, prompts):
@@ -170,7 +197,9 @@ def test_training_wrappers_on_forward_are_bypassed_while_decoding_and_restored(m
 
     model.forward = wrapper
     try:
-        got = FastSampler().generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        got = FastSampler().generate(
+            model, input_ids=input_ids, attention_mask=attention_mask, generation_config=config
+        )
         assert model.forward is wrapper
     finally:
         del model.forward

@@ -15,7 +15,9 @@ VOCAB = 300
 @pytest.fixture()
 def pair():
     torch.manual_seed(0)
-    config = MiniMindConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+    config = MiniMindConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB
+    )
     model = MiniMindForCausalLM(config)
     return copy.deepcopy(model), copy.deepcopy(model)
 
@@ -36,7 +38,9 @@ def test_selected_token_log_probs_equal_log_softmax_and_its_gradients():
     hidden = (torch.randn(37, 16) * 0.5).requires_grad_()
     weight = (torch.randn(50, 16) * 0.5).requires_grad_()
     targets = torch.randint(0, 50, (37,))
-    log_probs, entropy = selected_token_log_probs(hidden, weight, targets, temperature=0.7, with_entropy=True, chunk_size=8)
+    log_probs, entropy = selected_token_log_probs(
+        hidden, weight, targets, temperature=0.7, with_entropy=True, chunk_size=8
+    )
     (log_probs * torch.linspace(-1, 1, 37)).sum().add((entropy * 0.3).sum()).backward()
     grads = hidden.grad.clone(), weight.grad.clone()
 
@@ -80,7 +84,7 @@ def test_patched_model_matches_trl_head_outputs_loss_and_gradients(pair, tempera
     torch.testing.assert_close(ours.loss, theirs.loss, atol=1e-5, rtol=1e-5)
     assert torch.equal(ours.label_mask, theirs.label_mask)
     assert (ours.log_probs[~ours.label_mask] == 0).all()
-    for (name, p), q in zip(trl_model.named_parameters(), our_model.parameters()):
+    for (name, p), q in zip(trl_model.named_parameters(), our_model.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
