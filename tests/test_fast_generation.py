@@ -204,3 +204,21 @@ def test_training_wrappers_on_forward_are_bypassed_while_decoding_and_restored(m
     finally:
         del model.forward
     assert calls == [] and torch.equal(got, expected)
+
+
+def test_peft_model_decodes_with_its_adapters(model, prompts):
+    peft = pytest.importorskip("peft")
+    input_ids, attention_mask = prompts
+    lora = peft.get_peft_model(
+        MiniMindForCausalLM(model.config),
+        peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    ).eval()
+    config = _config(max_new_tokens=8, do_sample=False, eos_token_id=None)
+    expected = lora.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    with FastSampler().patch(lora):
+        got = lora.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    assert torch.equal(got, expected)
+    with lora.disable_adapter():  # the adapters really change the tokens, so the check above means something
+        assert not torch.equal(
+            lora.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config), expected
+        )
