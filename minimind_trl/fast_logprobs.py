@@ -153,7 +153,9 @@ def add_fused_lm_head(
         self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs
     ):
         weight = self.get_output_embeddings().weight
-        if not fused_lm_head or weight.device.type != "cpu" or isinstance(weight, DTensor):
+        # ZeRO-3 partitions the head outside its module's own forward: TRL's head gathers it
+        partitioned = hasattr(weight, "ds_id")
+        if not fused_lm_head or weight.device.type != "cpu" or isinstance(weight, DTensor) or partitioned:
             return trl_forward(
                 *args,
                 fused_lm_head=fused_lm_head,

@@ -9,7 +9,7 @@ their last `max_prompt_length` tokens. `MiniMindGRPOConfig`'s defaults are the s
 
 import copy
 import inspect
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -17,7 +17,9 @@ from accelerate.utils import is_peft_model
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import grpo_trainer as _trl_grpo
 
+from . import fast_logprobs
 from .advantages import batch_renormalize, group_zscore, minimind_advantages
+from .fast_generation import FastSampler
 
 ADVANTAGE_ESTIMATORS = ("minimind", "trl")
 
@@ -45,6 +47,14 @@ class MiniMindGRPOConfig(GRPOConfig):
         tempered_logprobs (`bool`, *optional*, defaults to `False`):
             Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: the seed
             samples at 0.8 but scores with untempered logits.
+        fast_sampling (`bool`, *optional*, defaults to `True`):
+            Sample rollouts with [`~minimind_trl.fast_generation.FastSampler`]: temperature + top-k drawn among the
+            k candidates only (the distribution `generate` samples from), no logits-processor chain, decoding with
+            the class forward (no autocast wrapper). Settings it does not implement fall back to `generate`. Not
+            used under ZeRO-3/FSDP (stock `generate` keeps the ranks' forwards in step) nor with vLLM.
+        sampling_weights_dtype (`str` or `None`, *optional*, defaults to `None`):
+            With `fast_sampling`, decode with a copy of the weights in this dtype (`"bfloat16"`), refreshed from
+            the policy at every generation. Worth it on CPU from hidden size ~512 (benchmarks/README.md).
         moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
             model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
@@ -112,6 +122,23 @@ class MiniMindGRPOConfig(GRPOConfig):
         metadata={
             "help": "Score the loss's log-probs at the sampling temperature (TRL's behaviour). Off by default: the "
             "seed samples at 0.8 and scores with untempered logits."
+        },
+    )
+    fast_sampling: bool = field(
+        default=True,
+        metadata={
+            "help": "Sample rollouts with minimind_trl.fast_generation's lean top-k loop (the same distribution as "
+            "`generate`, less per-step overhead; stock `generate` for settings it does not implement). Applies "
+            "to transformers generation without ZeRO-3/FSDP; vLLM and continuous batching are unaffected."
+        },
+    )
+    sampling_weights_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "Decode rollouts with a copy of the weights in this dtype (e.g. 'bfloat16'; refreshed every "
+            "generation). Halves the bytes read per decoding step; pays on CPU from hidden size ~512. The loss "
+            "still scores the real weights.",
+            "choices": [None, "bfloat16", "float16"],
         },
     )
     moe_aux_loss_weight: float = field(
@@ -187,6 +214,13 @@ class MiniMindGRPOConfig(GRPOConfig):
                     "advantage_estimator='minimind', which normalises the weighted sum of the rewards. Use "
                     "advantage_estimator='trl' for TRL's aggregation."
                 )
+        if self.use_transformers_continuous_batching and (self.bf16 or self.fp16):
+            raise ValueError(
+                "use_transformers_continuous_batching with bf16/fp16: TRL 1.16 casts the trainable fp32 policy to the "
+                "half dtype in place for that path and never casts it back. Set bf16: false (and fp16: false)."
+            )
+        if self.sampling_weights_dtype is not None and not self.fast_sampling:
+            raise ValueError("sampling_weights_dtype needs fast_sampling: true (it is the lean sampler's option)")
         if self.use_vllm and self.vllm_importance_sampling_correction and not self.tempered_logprobs:
             raise ValueError(
                 "vllm_importance_sampling_correction compares vLLM's log-probs, taken at the sampling temperature, "
@@ -227,7 +261,8 @@ def _trl_init_overrides(scoring_temperature: float, reference_model: torch.nn.Mo
     pending_reference = [reference_model] if reference_model is not None else []
 
     def add_fused_lm_head_at_scoring_temperature(model, temperature=1.0, **kwargs):
-        return add_fused_lm_head(model, temperature=scoring_temperature, **kwargs)
+        # TRL's head, plus a CPU path scoring only completion positions (TRL's without Triton scores every one)
+        return fast_logprobs.add_fused_lm_head(model, temperature=scoring_temperature, **kwargs)
 
     def create_reference_model(model_id, *args, **kwargs):
         # Only called for the reference once the policy is an instance (TRL loads a str policy itself).
@@ -275,6 +310,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             self.aux_loss_enabled = False
         self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
         self._rewards_per_func = None
+        self._sampler = self._fast_sampler(args)
 
     # --- prompts and generation ------------------------------------------------------------------------
 
@@ -290,12 +326,28 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             prompt_ids = [ids[-limit:] for ids in prompt_ids]
         return prompt_ids, images, multimodal_fields
 
+    def _fast_sampler(self, args: MiniMindGRPOConfig) -> FastSampler | None:
+        """The lean sampler, where it applies (transformers generation on unpartitioned weights)."""
+        if not args.fast_sampling or self.use_vllm or args.use_transformers_continuous_batching:
+            return None
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            # ZeRO-3/FSDP gather parameters inside every forward; stock `generate` keeps the ranks in step
+            # (`synced_gpus`), the lean loop stops as soon as the local rows finish.
+            if args.sampling_weights_dtype is not None:
+                raise ValueError("sampling_weights_dtype is not supported with DeepSpeed or FSDP")
+            return None
+        dtype = getattr(torch, args.sampling_weights_dtype) if args.sampling_weights_dtype else None
+        return FastSampler(weights_dtype=dtype)
+
     def _generate_single_turn(self, *args, **kwargs):
-        """Sample in eval mode: no dropout and no MoE load-balancing loss computed for every decoding step."""
+        """Sample in eval mode (no dropout, no MoE load-balancing loss at every decoding step), through the lean
+        sampler when it applies."""
         was_training = self.model.training
         self.model.eval()
+        sampling = self._sampler.patch(self.accelerator.unwrap_model(self.model)) if self._sampler else nullcontext()
         try:
-            return super()._generate_single_turn(*args, **kwargs)
+            with sampling:
+                return super()._generate_single_turn(*args, **kwargs)
         finally:
             self.model.train(was_training)
 

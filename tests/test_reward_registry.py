@@ -119,6 +119,6 @@ def test_reward_model_scores_inside_a_grpo_step(tiny, tmp_path, kind):
     state = json.loads((tmp_path / "out" / "checkpoint-1" / "trainer_state.json").read_text())
     (logged,) = [entry for entry in state["log_history"] if "reward" in entry]
     score = logged["rewards/reward_model/mean"]
-    assert math.isfinite(score) and abs(score) <= 0.05  # clipped to [-clip, clip]
+    assert math.isfinite(score) and abs(score) <= 0.05 + 1e-6  # clipped to [-clip, clip] (mean logged in fp32)
     assert logged["reward"] == pytest.approx(score)  # the token reward has weight 0
     assert "reward_model/clipped_fraction" in logged
