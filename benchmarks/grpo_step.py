@@ -4,11 +4,14 @@
     `generate` in training mode with temperature 0.8 and the then-default `top_k=50`, fp32, full-vocabulary
     per-row log-softmax for policy and reference, a second forward for the MoE aux loss, one reward-model
     call per completion, AdamW + clip + cosine).
-(b) `ours`: `MiniMindGRPOTrainer` as it is, with the same rewards (`format_reward`, `tag_count_reward`,
-    `RewardModelReward` over a batched `InternLM2Scorer`) and the config levers below (`--precision`, ...).
-(c) `proposed`: (b) plus the two trainer changes benchmarks/README.md proposes, applied by a subclass defined
-    here: `minimind_trl.fast_logprobs.add_fused_lm_head` in place of TRL's head (CPU path) and generation
-    through `minimind_trl.fast_generation.FastSampler`. `--no-proposed` skips it.
+(b) `ours`: `MiniMindGRPOTrainer` with its defaults, which include the two CPU levers: the fused log-prob head
+    of `minimind_trl.fast_logprobs` (completion positions only) and rollouts through
+    `minimind_trl.fast_generation.FastSampler` (`fast_sampling=True`). Same rewards as (a) (`format_reward`,
+    `tag_count_reward`, `RewardModelReward` over a batched `InternLM2Scorer`); config levers below
+    (`--precision`, `--sampler-dtype` = `sampling_weights_dtype`, ...).
+(c) `stock`: the same trainer with both CPU levers switched off, i.e. TRL's own paths: `fast_sampling=False`
+    (stock `generate`) and TRL's `trl.trainer.utils.add_fused_lm_head`, swapped in by a subclass defined here
+    while the trainer builds its heads. (b) against (c) is what the levers gain. `--no-stock` skips it.
 
 All start from the same saved policy, the same tiny InternLM2-layout reward model (random weights in the
 published layout, `minimind_trl.reward_models.tiny`) and the same two prompts; all are forced to generate
@@ -25,7 +28,7 @@ trainer callbacks:
 
 Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
 time (steadier on a shared machine). The last line printed is one JSON object (`seed_s_per_step`,
-`ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `proposed_speedup`, ...).
+`ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`, `stock_speedup`, ...).
 
     python benchmarks/grpo_step.py --threads 1                    # hidden 256, 4 layers, 128 new tokens
     python benchmarks/grpo_step.py --threads 1 --new-tokens 512 --steps 3
@@ -45,6 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PHASES = ("generation", "logprobs", "reward", "backward_step", "other")
+SAMPLER_DTYPES = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}  # --sampler-dtype -> sampling_weights_dtype
 QUESTIONS = (
     "What is the capital of France? Please think step by step, then answer.",
     "为什么天空是蓝色的？请先思考，再回答。",
@@ -69,24 +73,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     run.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
     run.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     run.add_argument("--threads", type=int, default=None, help="torch threads in both loops (default: torch's)")
-    run.add_argument("--only", choices=["seed", "ours", "proposed"], help="run one side only")
-    ours = parser.add_argument_group("levers of (b)")
+    run.add_argument("--only", choices=["seed", "ours", "stock"], help="run one side only")
+    ours = parser.add_argument_group("levers of (b) and (c)")
     ours.add_argument(
         "--precision",
         choices=["bf16", "fp32"],
         default="bf16",
         help="(b)/(c) mixed precision: bf16 autocast (MiniMindGRPOConfig's default) or fp32",
     )
-    ours.add_argument("--cache-implementation", default=None, help="(b)'s generation cache, e.g. 'static'")
-    ours.add_argument("--rm-batch-size", type=int, default=32, help="(b)'s reward-model batch size")
     ours.add_argument(
-        "--continuous-batching", action="store_true", help="(b) generates with transformers' continuous batching"
+        "--cache-implementation",
+        default=None,
+        help="(b)/(c) generation cache, e.g. 'static' (the lean sampler of (b) then falls back to `generate`)",
+    )
+    ours.add_argument("--rm-batch-size", type=int, default=32, help="(b)/(c) reward-model batch size")
+    ours.add_argument(
+        "--continuous-batching",
+        action="store_true",
+        help="(b)/(c) generate with transformers' continuous batching (needs --precision fp32)",
     )
     ours.add_argument(
         "--sampler-dtype",
-        choices=["bf16", "fp32"],
+        choices=sorted(SAMPLER_DTYPES),
         default="fp32",
-        help="(c): weights the lean sampler decodes with (bf16: a bf16 copy refreshed every step)",
+        help="(b): `sampling_weights_dtype` of the lean sampler (bf16/fp16: a decode copy refreshed every step; "
+        "fp32: the model itself, the default)",
     )
     ours.add_argument(
         "--activation-checkpointing",
@@ -100,10 +111,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="(b)/(c) completions per forward/backward micro-batch (gradient accumulation over one "
         "generation batch of prompts x generations); default: the whole batch at once",
     )
-    ours.add_argument("--no-proposed", action="store_true", help="skip (c), the trainer with the proposed changes")
-    parser.add_argument("--role", choices=["seed", "ours", "proposed"], help=argparse.SUPPRESS)
+    ours.add_argument("--no-stock", action="store_true", help="skip (c), the trainer on TRL's stock paths")
+    parser.add_argument("--role", choices=["seed", "ours", "stock"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.continuous_batching and args.precision != "fp32":
+        parser.error("--continuous-batching needs --precision fp32 (MiniMindGRPOConfig refuses it with bf16)")
+    return args
 
 
 def peak_rss_mb() -> float:
@@ -303,35 +317,48 @@ class _PhaseRecorder:
         return out
 
 
-def proposed_trainer_class(sampler_dtype):
-    """`MiniMindGRPOTrainer` with the two changes benchmarks/README.md proposes for `minimind_trl/trainer.py`:
-    the CPU fused log-prob head of `minimind_trl.fast_logprobs` in place of TRL's (swapped in while TRL builds
-    the heads, as the trainer already does for the scoring temperature), and generation through
-    `minimind_trl.fast_generation.FastSampler`."""
-    import torch
-    from trl.trainer import grpo_trainer as trl_grpo
+def stock_trainer_class():
+    """`MiniMindGRPOTrainer` on TRL's own log-prob head: while the trainer builds its fused heads (it calls
+    `minimind_trl.fast_logprobs.add_fused_lm_head` at the scoring temperature), that name points at TRL's
+    `trl.trainer.utils.add_fused_lm_head`. With `fast_sampling=False` in its config this is the trainer without
+    its CPU levers."""
+    from trl.trainer import utils as trl_utils
 
     from minimind_trl import fast_logprobs
-    from minimind_trl.fast_generation import FastSampler
     from minimind_trl.trainer import MiniMindGRPOTrainer
 
-    class ProposedMiniMindGRPOTrainer(MiniMindGRPOTrainer):
+    class StockMiniMindGRPOTrainer(MiniMindGRPOTrainer):
         def __init__(self, *args, **kwargs):
-            trl_head, trl_grpo.add_fused_lm_head = trl_grpo.add_fused_lm_head, fast_logprobs.add_fused_lm_head
+            def trl_head(model, **head_kwargs):
+                return trl_utils.add_fused_lm_head(model, **head_kwargs)
+
+            ours, fast_logprobs.add_fused_lm_head = fast_logprobs.add_fused_lm_head, trl_head
             try:
                 super().__init__(*args, **kwargs)
             finally:
-                trl_grpo.add_fused_lm_head = trl_head
-            self._sampler = FastSampler(weights_dtype=torch.bfloat16 if sampler_dtype == "bf16" else None)
+                fast_logprobs.add_fused_lm_head = ours
 
-        def _generate_single_turn(self, *args, **kwargs):
-            with self._sampler.patch(self.accelerator.unwrap_model(self.model)):
-                return super()._generate_single_turn(*args, **kwargs)
-
-    return ProposedMiniMindGRPOTrainer
+    return StockMiniMindGRPOTrainer
 
 
-def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
+def log_prob_head(model) -> str:
+    """Which fused log-prob head the model's forward is: `minimind_trl.fast_logprobs`, `trl.trainer.utils` or
+    the forward's source file (accelerate's autocast wrapper is looked through)."""
+    from trl.trainer import utils as trl_utils
+
+    from minimind_trl import fast_logprobs
+
+    forward = model.__dict__.get("forward")
+    if forward is not None and "accelerate" in Path(forward.__code__.co_filename).parts:
+        forward = model.__dict__.get("_original_forward", forward)
+    if forward is None:
+        return "class forward"
+    filename = getattr(forward, "__func__", forward).__code__.co_filename
+    modules = {fast_logprobs.__file__: "minimind_trl.fast_logprobs", trl_utils.__file__: "trl.trainer.utils"}
+    return modules.get(filename, filename)
+
+
+def run_ours(args, workdir: Path, stock: bool = False) -> dict:
     threads = set_threads(args)
     import torch
     from datasets import Dataset
@@ -359,7 +386,9 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
         generation_kwargs={"min_new_tokens": args.new_tokens},
         cache_implementation=args.cache_implementation,
         use_transformers_continuous_batching=args.continuous_batching,
-        gradient_checkpointing=args.activation_checkpointing,
+        activation_checkpointing=args.activation_checkpointing,
+        fast_sampling=not stock,
+        sampling_weights_dtype=None if stock else SAMPLER_DTYPES[args.sampler_dtype],
         max_steps=total_steps,
         shuffle_dataset=False,
         save_strategy="no",
@@ -372,7 +401,7 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
     reward_funcs = [format_reward, tag_count_reward, RewardModelReward(scorer, tokenizer=tokenizer)]
     dataset = Dataset.from_dict({"prompt": conversations * total_steps})
     torch.manual_seed(42)
-    trainer_class = proposed_trainer_class(args.sampler_dtype) if proposed else MiniMindGRPOTrainer
+    trainer_class = stock_trainer_class() if stock else MiniMindGRPOTrainer
     trainer = trainer_class(
         str(workdir / "policy"),
         reward_funcs=reward_funcs,
@@ -381,6 +410,15 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
         processing_class=tokenizer,
         callbacks=[recorder.callback()],
     )
+    levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)), "lean_samples": 0}
+    if trainer._sampler is not None:  # count the generations the lean loop itself ran (not its `generate` fallback)
+        sample = trainer._sampler._sample
+
+        def counted_sample(*sample_args, **sample_kwargs):
+            levers["lean_samples"] += 1
+            return sample(*sample_args, **sample_kwargs)
+
+        trainer._sampler._sample = counted_sample
     rss_before_training = peak_rss_mb()
     with recorder.trl_spans():
         trainer.train()
@@ -391,7 +429,7 @@ def run_ours(args, workdir: Path, proposed: bool = False) -> dict:
     if len(lengths) != total_steps or any(length != (args.new_tokens, args.new_tokens) for length in lengths):
         raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens} everywhere")
     tokens = [args.prompts * args.generations * args.new_tokens] * args.steps
-    return summarize(step_times[args.warmup :], tokens, threads, rss_before_training)
+    return {**summarize(step_times[args.warmup :], tokens, threads, rss_before_training), "levers": levers}
 
 
 def summarize(step_times: list[dict], completion_tokens: list[int], threads: int, rss_before: float) -> dict:
@@ -423,14 +461,14 @@ def child(role: str, args, workdir: Path, argv: list[str]) -> dict:
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
     command = [sys.executable, __file__, *argv, "--role", role, "--workdir", str(workdir)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    result = subprocess.run(command, check=False, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-4000:] + result.stderr[-8000:])
         raise SystemExit(f"the {role} loop failed (exit {result.returncode})")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-SIDES = (("seed", "seed (a)"), ("ours", "ours (b)"), ("proposed", "proposed (c)"))
+SIDES = (("seed", "seed (a)"), ("ours", "ours (b)"), ("stock", "stock (c)"))
 
 
 def report(args, results: dict) -> dict:
@@ -442,11 +480,17 @@ def report(args, results: dict) -> dict:
         f"{next(iter(results.values()))['threads']} threads"
     )
     print(
-        f"(b) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
+        f"(b)/(c) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
         f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}, "
         f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}"
     )
-    print(f"(c) (b) + proposed trainer changes: CPU fused log-prob head, lean sampler (weights {args.sampler_dtype})")
+    for key, label in SIDES[1:]:
+        if key in results:
+            levers = results[key]["levers"]
+            print(
+                f"{label}: log-prob head {levers['log_prob_head']}, lean-sampler generations {levers['lean_samples']}"
+                + (f" (weights {args.sampler_dtype})" if key == "ours" else " (stock `generate`)")
+            )
     sides = [(key, label, results[key]) for key, label in SIDES if key in results]
     header = f"{'':<16}" + "".join(f"{label:>14}" for _, label, _ in sides)
     if seed:
@@ -488,6 +532,8 @@ def report(args, results: dict) -> dict:
         summary[f"{key}_peak_rss_mb"] = r["peak_rss_mb"]
         summary[f"{key}_phases"] = r["phases"]
         summary[f"{key}_gen_tokens_per_s"] = r["gen_tokens_per_s"]
+        if key != "seed":
+            summary[f"{key}_levers"] = r["levers"]
         if seed and key != "seed":
             prefix = "" if key == "ours" else f"{key}_"
             summary[f"{prefix}speedup"] = seed["s_per_step"] / r["s_per_step"]
@@ -498,6 +544,14 @@ def report(args, results: dict) -> dict:
                 f"{summary[f'{prefix}speedup_cpu_time']:.2f}x CPU time; "
                 f"peak RSS ratio {summary[f'{prefix}rss_ratio']:.2f}"
             )
+    if "ours" in results and "stock" in results:  # what the trainer's CPU levers gain over TRL's paths
+        ours, stock = results["ours"], results["stock"]
+        summary["lever_speedup"] = stock["s_per_step"] / ours["s_per_step"]
+        summary["lever_rss_ratio"] = ours["peak_rss_mb"] / stock["peak_rss_mb"]
+        print(
+            f"levers: speedup (c)/(b) {summary['lever_speedup']:.2f}x wall; "
+            f"peak RSS ratio (b)/(c) {summary['lever_rss_ratio']:.2f}"
+        )
     return summary
 
 
@@ -509,14 +563,14 @@ def main(argv=None) -> int:
         if args.role == "seed":
             result = run_seed(args, workdir)
         else:
-            result = run_ours(args, workdir, proposed=args.role == "proposed")
+            result = run_ours(args, workdir, stock=args.role == "stock")
         print(json.dumps(result))
         return 0
     print(f"load average before: {tuple(round(x, 2) for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         workdir = Path(tmp)
         prepare(args, workdir)
-        roles = [args.only] if args.only else ["seed", "ours"] + ([] if args.no_proposed else ["proposed"])
+        roles = [args.only] if args.only else ["seed", "ours"] + ([] if args.no_stock else ["stock"])
         results = {role: child(role, args, workdir, argv) for role in roles}
     print(json.dumps(report(args, results)))
     return 0

@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
@@ -24,12 +26,15 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
     results = {
         "seed": grpo_step.run_seed(args, tmp_path),
         "ours": grpo_step.run_ours(args, tmp_path),
-        "proposed": grpo_step.run_ours(args, tmp_path, proposed=True),
+        "stock": grpo_step.run_ours(args, tmp_path, stock=True),
     }
     for side in results.values():
         assert side["completion_tokens_per_step"] == 2 * 8 * 4
         assert set(side["phases"]) == set(grpo_step.PHASES)
         assert side["phases"]["generation"] > 0 and side["phases"]["backward_step"] > 0
+    # (b) is the trainer's default (its CPU levers on), (c) runs TRL's own head and stock `generate`
+    assert results["ours"]["levers"] == {"log_prob_head": "minimind_trl.fast_logprobs", "lean_samples": 1}
+    assert results["stock"]["levers"] == {"log_prob_head": "trl.trainer.utils", "lean_samples": 0}
     summary = grpo_step.report(args, results)
     for key in (
         "seed_s_per_step",
@@ -37,14 +42,52 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
         "speedup",
         "seed_peak_rss_mb",
         "ours_peak_rss_mb",
-        "proposed_speedup",
+        "stock_s_per_step",
+        "stock_speedup",
+        "stock_peak_rss_mb",
+        "lever_speedup",
     ):
         assert summary[key] > 0, key
     assert "(b)/(a)" in capsys.readouterr().out
-    # TRL's profiling class is restored after the run
+    # TRL's profiling class and the trainer's head builder are restored after the runs
     from trl.extras.profiling import ProfilingContext
 
+    from minimind_trl import fast_logprobs
+
     assert ProfilingContext.__exit__.__module__ == "trl.extras.profiling"
+    assert fast_logprobs.add_fused_lm_head.__module__ == "minimind_trl.fast_logprobs"
+    assert fast_logprobs.add_fused_lm_head.__qualname__ == "add_fused_lm_head"
+
+
+def test_grpo_step_sampler_dtype_reaches_the_trainer(tmp_path, monkeypatch):
+    import grpo_step
+    import torch
+
+    import minimind_trl.trainer as trainer_module
+
+    args = grpo_step.parse_args(
+        [*TOY, "--new-tokens", "2", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]
+        + ["--prompts", "1", "--generations", "2", "--sampler-dtype", "bf16"]
+    )
+    grpo_step.prepare(args, tmp_path)
+    dtypes = []
+
+    class RecordingSampler(trainer_module.FastSampler):
+        def __init__(self, weights_dtype=None):
+            dtypes.append(weights_dtype)
+            super().__init__(weights_dtype=weights_dtype)
+
+    monkeypatch.setattr(trainer_module, "FastSampler", RecordingSampler)
+    result = grpo_step.run_ours(args, tmp_path)
+    assert dtypes == [torch.bfloat16] and result["levers"]["lean_samples"] == 1
+
+
+def test_grpo_step_refuses_continuous_batching_with_bf16():
+    import grpo_step
+
+    with pytest.raises(SystemExit):
+        grpo_step.parse_args(["--continuous-batching"])
+    assert grpo_step.parse_args(["--continuous-batching", "--precision", "fp32"]).continuous_batching
 
 
 def test_seed_loop_rewards_follow_the_seed():
