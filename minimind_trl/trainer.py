@@ -310,6 +310,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             self.aux_loss_enabled = False
         self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
         self._rewards_per_func = None
+        self._past_eos_attended = False
         self._sampler = self._fast_sampler(args)
 
     # --- prompts and generation ------------------------------------------------------------------------
@@ -395,7 +396,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         """TRL's loss plus MiniMind's MoE load-balancing loss, read from the policy forward that made the log-probs."""
         if not self._adds_model_aux_loss:
             return super()._compute_loss(model, inputs)
-        with self._captured_aux_losses() as aux_losses:
+        with self._captured_aux_losses() as aux_losses, self._attending_past_eos():
             loss = super()._compute_loss(model, inputs)
         if not aux_losses:  # the backbone carries no `aux_loss` (not a MiniMind model)
             return loss
@@ -405,6 +406,30 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         loss = loss + self.args.moe_aux_loss_weight * aux_loss.to(loss.dtype) / normalizer
         self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
         return loss
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if self._past_eos_attended:
+            # completion positions all visible, as in the seed's mask-free forward (see `_attending_past_eos`)
+            attention_mask = attention_mask.clone()
+            attention_mask[:, -logits_to_keep:] = 1
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+
+    @contextmanager
+    def _attending_past_eos(self):
+        """Inside the block, the policy forward attends to the padding after each completion's first EOS.
+
+        The seed's loss forward passes no attention mask. Causal attention keeps the log-probs of real completion
+        tokens independent of what follows them, so only MiniMind's MoE load-balancing loss, which upstream takes
+        over every position, sees the difference: with TRL's mask the padded positions' hidden states (and so their
+        routing) differ from the seed's. Prompt padding stays masked (a documented deviation).
+        """
+        self._past_eos_attended = True
+        try:
+            yield
+        finally:
+            self._past_eos_attended = False
 
     @contextmanager
     def _captured_aux_losses(self):
