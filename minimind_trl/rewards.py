@@ -50,20 +50,30 @@ class Scorer(Protocol):
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
     """The text of one TRL completion: a plain string, or the content of a conversational completion.
 
-    TRL passes `[{"role": "assistant", "content": text}]` for conversational datasets; the text is the
-    content of its last message (content given as text blocks is joined).
+    TRL passes `[{"role": "assistant", "content": text}]` for conversational datasets. With tools (multi-turn)
+    the completion is `[assistant with tool_calls, tool, ..., assistant]`; the text scored is that of the last
+    assistant message (a message without a role counts as one), the final answer the seed's rules and reward
+    model judge: joining the turns would put tool calls and results inside the think/answer layout. `None`
+    content (a message holding only tool calls) is `""`, as the seed always had decoded text; content given
+    as text blocks is joined.
     """
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
-        content = completion[-1].get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list) and all(isinstance(part, Mapping) and part.get("type") == "text" for part in content):
-            return "".join(part["text"] for part in content)
+    if isinstance(completion, Sequence) and all(isinstance(message, Mapping) for message in completion):
+        replies = [message for message in completion if message.get("role", "assistant") == "assistant"]
+        if replies:
+            content = replies[-1].get("content")
+            if content is None:
+                return ""
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list) and all(
+                isinstance(part, Mapping) and part.get("type") == "text" for part in content
+            ):
+                return "".join(part["text"] for part in content)
     raise TypeError(
-        "a completion must be a string or a list of messages whose last one has string content, "
-        f"got {completion!r}"
+        "a completion must be a string or a list of messages with an assistant message of string (or None) "
+        f"content, got {completion!r}"
     )
 
 

@@ -189,6 +189,19 @@ def test_rule_rewards_accept_conversational_completions():
         completion_text([{"role": "assistant", "content": 3}])
 
 
+def test_completion_text_of_tool_calls_and_multi_turn_completions():
+    call = {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {"name": "f"}}]}
+    assert completion_text([call]) == ""  # only tool calls: scored as empty text, not a TypeError
+    assert format_reward(["p"], [[call]]) == [0.0] and tag_count_reward(["p"], [[call]]) == [0.0]
+    final = {"role": "assistant", "content": HAND_WRITTEN[0]}
+    turns = [call, {"role": "tool", "name": "f", "content": "<answer>\nfrom the tool\n</answer>"}, final]
+    assert completion_text(turns) == HAND_WRITTEN[0]  # the last assistant message: the final answer
+    assert format_reward(["p"], [turns]) == format_reward(["p"], [HAND_WRITTEN[0]])
+    assert completion_text(turns[:2]) == ""  # truncated after the tool result: the tool's text is not scored
+    with pytest.raises(TypeError, match="assistant message"):
+        completion_text([{"role": "tool", "content": "x"}])
+
+
 def test_rule_rewards_ignore_trl_keyword_arguments_and_have_clear_names():
     kwargs = {"completion_ids": [[1, 2]], "answer": ["x"], "trainer_state": object(), "log_extra": print, "log_metric": print}
     assert format_reward(prompts=["p"], completions=[HAND_WRITTEN[0]], **kwargs) == [0.5]
