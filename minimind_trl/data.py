@@ -72,12 +72,22 @@ def conversation_to_row(
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(location, conversations or an exception) for each non-blank line of a JSON-lines file."""
-    with path.open(encoding="utf-8") as handle:
+    """(location, conversations or an exception) for each non-blank line of a JSON-lines file.
+
+    Read as `utf-8-sig`, so a byte-order mark (Windows editors write one) is not taken for bad JSON. A file
+    holding one JSON array is refused as such: its first line would otherwise read as a broken row."""
+    first = True
+    with path.open(encoding="utf-8-sig") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue  # blank lines hold no row
             where = f"{path}:{line_number}"
+            if first and line.lstrip().startswith("["):
+                raise RLAIFDataError(
+                    f"{where}: a JSON array, not an object: RLAIF data must be JSON Lines, one "
+                    '{"conversations": [...]} object per line (not a .json array of them)'
+                )
+            first = False
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
@@ -98,6 +108,20 @@ def _dataset_records(dataset: datasets.Dataset, source: str) -> Iterator[tuple[s
             yield where, RLAIFDataError(f"{where}: no 'conversations' field")
         else:
             yield where, conversations
+
+
+def _load_with_datasets(path: Path, source: str, split: str, data_files, revision) -> tuple[datasets.Dataset, str]:
+    """A saved dataset, a data folder or a Hub dataset, read by `datasets`; whatever `datasets` raises (a
+    missing repo, offline mode, a missing split) becomes an `RLAIFDataError` naming the source."""
+    try:
+        if path.is_dir() and (path / "state.json").is_file():
+            return datasets.load_from_disk(str(path)), source
+        if path.is_dir() and (path / "dataset_dict.json").is_file():
+            return datasets.load_from_disk(str(path))[split], f"{source} [{split}]"
+        dataset = datasets.load_dataset(source, data_files=data_files, split=split, revision=revision)
+    except Exception as error:  # noqa: BLE001 - datasets raises many unrelated types (ConnectionError, ...)
+        raise RLAIFDataError(f"{source}: cannot load the dataset ({type(error).__name__}: {error})") from error
+    return dataset, f"{source} [{split}]"
 
 
 def _rows(records: Iterable[tuple[str, Any]], roles: str, system_prompt: str | None, skip_bad_rows: bool, source: str):
@@ -147,7 +171,8 @@ def load_rlaif_dataset(
 
     Raises:
         RLAIFDataError: a malformed line, a row without `conversations`, an empty or one-turn conversation, a
-            turn without string `content` (naming the file and line, or the row).
+            turn without string `content` (naming the file and line, or the row); a `.json` file holding a JSON
+            array instead of JSON Lines; a source `datasets` cannot load (naming it).
     """
     if roles not in ROLE_MODES:
         raise ValueError(f"roles must be one of {ROLE_MODES}, got {roles!r}")
@@ -155,13 +180,8 @@ def load_rlaif_dataset(
     source = str(path_or_hub_name)
     if path.is_file():
         records: Iterable[tuple[str, Any]] = _jsonl_records(path)
-    elif path.is_dir() and (path / "state.json").is_file():
-        records = _dataset_records(datasets.load_from_disk(str(path)), source)
-    elif path.is_dir() and (path / "dataset_dict.json").is_file():
-        records = _dataset_records(datasets.load_from_disk(str(path))[split], f"{source} [{split}]")
     else:
-        dataset = datasets.load_dataset(str(path_or_hub_name), data_files=data_files, split=split, revision=revision)
-        records = _dataset_records(dataset, f"{source} [{split}]")
+        records = _dataset_records(*_load_with_datasets(path, source, split, data_files, revision))
     rows, skipped = _rows(records, roles, system_prompt, skip_bad_rows, source)
     result = datasets.Dataset.from_list(rows)
     if skipped:

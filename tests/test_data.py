@@ -134,3 +134,29 @@ def test_datasets_api_errors_name_the_row(tmp_path):
     datasets.Dataset.from_list([{"text": "x"}]).save_to_disk(str(no_column))
     with pytest.raises(RLAIFDataError, match="no 'conversations' column"):
         load_rlaif_dataset(no_column)
+
+
+def test_byte_order_mark_is_not_malformed_json(tmp_path):
+    path = write_jsonl(tmp_path / "bom.jsonl", ROWS)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # what Windows editors write
+    assert load_rlaif_dataset(path).to_list() == load_rlaif_dataset(write_jsonl(tmp_path / "plain.jsonl", ROWS)).to_list()
+
+
+@pytest.mark.parametrize("indent", [2, None], ids=["pretty", "one-line"])
+def test_json_array_file_says_json_lines(tmp_path, indent):
+    path = tmp_path / "rlaif.json"
+    path.write_text(json.dumps(ROWS, ensure_ascii=False, indent=indent), encoding="utf-8")
+    for skip_bad_rows in (False, True):  # a whole file of the wrong kind is never skipped row by row
+        with pytest.raises(RLAIFDataError) as error:
+            load_rlaif_dataset(path, skip_bad_rows=skip_bad_rows)
+        assert str(error.value).startswith(f"{path}:1: a JSON array")
+        assert "must be JSON Lines" in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["no_such_dataset_dir", "owner/no_such_dataset"])
+def test_a_source_datasets_cannot_load_is_a_data_error_naming_it(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(RLAIFDataError, match=rf"^{name}: cannot load the dataset \("):
+        load_rlaif_dataset(name)
