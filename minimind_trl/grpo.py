@@ -18,6 +18,7 @@ import functools
 import importlib
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from .script_args import GRPOScriptArguments
 logger = logging.getLogger(__name__)
 
 REPO_RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
 REPORTING_EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab", "trackio": "trackio"}
 
 
@@ -121,7 +123,7 @@ def check_recipe_keys(parser, path: str) -> str:
 
 def parse_args(argv: list[str] | None = None):
     """Command line (with `--config RECIPE.yaml`) -> (script_args, training_args, model_args, recipe)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _split_config_flag(list(sys.argv[1:] if argv is None else argv))
     parser = make_parser()
     recipe = Recipe()
     if "--config" in argv:
@@ -138,8 +140,22 @@ def parse_args(argv: list[str] | None = None):
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
         where = f" ({recipe.path})" if recipe.path else ""
-        raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}") from exc
+        raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
     return script_args, training_args, model_args, recipe
+
+
+def _split_config_flag(argv: list[str]) -> list[str]:
+    """`--config=PATH` as `--config PATH`: TRL's parser only looks for the separate form."""
+    return [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+
+
+def _cpu_hint(exc: Exception) -> str:
+    if "doesn't support bf16" not in str(exc):
+        return ""
+    return (
+        " [no GPU here: the seed recipes train in bf16; on CPU pass --use_cpu true, and --bf16 false for the "
+        "seed's own CPU numerics (its bf16 autocast does nothing on CPU)]"
+    )
 
 
 def _process_hint(exc: Exception) -> str:
@@ -167,16 +183,27 @@ def parse_recipe(recipe_path: str, overrides: dict | list[str] | None = None):
 # --------------------------------------------------------------------------- checks before loading
 
 
+def looks_like_hub_dataset(name: str) -> bool:
+    """`owner/name` (one slash, no data-file extension, not a path form): what a Hub dataset id looks like."""
+    owner, slash, repo = name.partition("/")
+    return (
+        bool(slash and owner and repo)
+        and "/" not in repo
+        and not name.startswith((".", "~"))
+        and not DATA_FILE_SUFFIX.search(name)
+    )
+
+
 def check_dataset_source(dataset_name: str | None, dataset_config: str | None = None) -> None:
+    """A local file or folder must exist; anything that is not a Hub id (`owner/name`) is taken as local,
+    so a mistyped path fails here instead of as a `datasets` download error."""
     if not dataset_name:
         raise RecipeError("dataset_name is required (an RLAIF .jsonl file, a folder of them, or a Hub dataset)")
-    local = (
-        os.path.isabs(dataset_name)
-        or dataset_name.startswith((".", "~"))
-        or dataset_name.endswith((".jsonl", ".json", ".parquet"))
-    )
-    if local and not os.path.exists(dataset_name):
-        raise RecipeError(f"dataset_name: data file {dataset_name} does not exist")
+    if not os.path.exists(os.path.expanduser(dataset_name)) and not looks_like_hub_dataset(dataset_name):
+        kind = "data file" if DATA_FILE_SUFFIX.search(dataset_name) else "local path"
+        raise RecipeError(
+            f"dataset_name: {kind} {dataset_name} does not exist (and is not a Hub dataset id 'owner/name')"
+        )
     if dataset_config:
         raise RecipeError(
             f"dataset_config={dataset_config!r}: RLAIF data has no configurations; pick files with dataset_data_files"
@@ -341,13 +368,17 @@ def build_trainer(
 def export_native_weights(folder: str) -> str:
     """The weights saved in `folder` as upstream MiniMind's `grpo_<hidden>[_moe].pth` (fp16), in that folder.
 
-    Read back from the saved safetensors, so it works whatever held the weights in training (DDP, ZeRO-3)."""
+    Read back from the saved safetensors, so it works whatever held the weights in training (DDP, ZeRO-3).
+    Called on one process only, so the folder is loaded whole: under ZeRO-3 a plain `from_pretrained` would
+    partition it (`zero.Init`), giving empty tensors on one process and waiting forever for the others."""
     import torch
 
     from .export import export_native
     from .modeling_minimind import MiniMindForCausalLM
+    from .reward_registry import whole_model_loading
 
-    model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with whole_model_loading():
+        model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32)
     suffix = "_moe" if model.config.use_moe else ""
     path = os.path.join(folder, f"grpo_{model.config.hidden_size}{suffix}.pth")
     export_native(model, path, dtype=torch.float16, force=True)

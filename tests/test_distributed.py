@@ -143,7 +143,8 @@ def test_two_process_checkpoint_resumes_on_one_process(ddp, setup, capsys):
 
 @pytest.fixture(scope="module")
 def zero3(setup):
-    """2 processes under ZeRO-3, with a (whole, unpartitioned) reward model and a checkpoint at every step."""
+    """2 processes under ZeRO-3, with a (whole, unpartitioned) reward model, a checkpoint at every step and the
+    seed's native .pth at every save (zero3_save_16bit_model in recipes/accelerate/zero3.yaml allows it)."""
     folder = run_dir(setup, "zero3")
     recipe = tiny_recipe(
         folder,
@@ -154,6 +155,7 @@ def zero3(setup):
         reward_model_name_or_path=str(setup.reward_model),
         save_strategy="steps",
         save_steps=1,
+        save_native_pth=True,
     )
     result = launch("zero3", 2, recipe, folder / "probe")
     assert result.returncode == 0, result.stderr[-4000:]
@@ -184,6 +186,19 @@ def test_zero3_two_processes_partition_and_generate(setup, zero3):
     assert max((saved[k].float() - initial[k]).abs().max().item() for k in initial) > 1e-4
     card = (out / "README.md").read_text()
     assert "| reward_model (`" in card
+
+
+def test_zero3_native_pth_holds_the_whole_saved_weights(zero3):
+    """The .pth is read back from the gathered safetensors on one process: not ZeRO-3 partitioned (empty)."""
+    import torch
+
+    for folder in (zero3.out, zero3.out / "checkpoint-2"):
+        saved = load_file(folder / "model.safetensors")
+        native = torch.load(folder / "grpo_32.pth", weights_only=True)
+        assert native["lm_head.weight"].shape == saved["model.embed_tokens.weight"].shape  # tied, written twice
+        for key, value in saved.items():
+            assert native[key].shape == value.shape and native[key].numel() > 0, key
+            assert torch.equal(native[key], value.half()), key
 
 
 def test_zero3_resume_from_a_deepspeed_checkpoint_is_exact(setup, zero3):

@@ -84,6 +84,24 @@ def test_unknown_command_line_argument_is_an_error(tmp_path, policy, data):
         parse_args(["--config", str(recipe), "--not_a_field", "3"])
 
 
+def test_config_flag_with_equals_sign(tmp_path, policy, data):
+    recipe = tiny_recipe(tmp_path, policy, data, learning_rate=0.25)
+    _, training_args, _, parsed = parse_args([f"--config={recipe}", "--max_steps", "3"])
+    assert training_args.learning_rate == 0.25 and training_args.max_steps == 3  # the recipe was read
+    assert parsed.path == str(recipe) and parsed.overrides == ["--max_steps", "3"]
+
+
+def test_seed_recipe_on_a_machine_without_gpu_says_how_to_run_on_cpu():
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    if is_torch_bf16_gpu_available():
+        pytest.skip("bf16 runs on this machine's GPU")
+    with pytest.raises(RecipeError) as error:
+        parse_args(["--config", str(RECIPES / "minimind2" / "grpo" / "reasoning.yaml")])
+    assert "doesn't support bf16/gpu" in str(error.value)  # transformers' own message is kept
+    assert "on CPU pass --use_cpu true, and --bf16 false" in str(error.value)
+
+
 def test_missing_recipe_is_an_error(tmp_path):
     with pytest.raises(RecipeError, match="recipe not found: .*nope.yaml"):
         parse_args(["--config", str(tmp_path / "nope.yaml")])
@@ -125,6 +143,27 @@ def test_bad_input_fails_before_loading(tmp_path, policy, data, capsys, no_model
     code, err = run_main(["--config", recipe], capsys)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("no_such_dataset_dir", "dataset_name: local path no_such_dataset_dir does not exist"),
+        ("data/rlaif/train", "dataset_name: local path data/rlaif/train does not exist"),
+        ("data/rlaif", "data/rlaif: cannot load the dataset ("),  # could be a Hub id: datasets is asked, offline
+    ],
+)
+def test_missing_dataset_that_does_not_look_local(
+    tmp_path, policy, data, capsys, monkeypatch, no_model_loading, name, message
+):
+    import datasets
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    recipe = tiny_recipe(tmp_path, policy, data, dataset_name=name)
+    code, err = run_main(["--config", recipe], capsys)
+    assert code == 2
+    assert message in err and "Traceback" not in err
 
 
 def test_reward_model_path_that_is_not_a_reward_model(tmp_path, policy, data, capsys, no_model_loading):
