@@ -8,6 +8,7 @@ communication op with ninja on first use (cached in ~/.cache/torch_extensions af
 """
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -239,9 +240,13 @@ def test_zero3_batch_that_two_processes_cannot_split(setup):
     folder = run_dir(setup, "zero3-bad-batch")
     recipe = tiny_recipe(folder, setup.policy, setup.data, model_name_or_path="./never/loaded")
     result = launch("zero3", 2, recipe, folder / "probe", "--per_device_train_batch_size", "3")
-    assert result.returncode != 0
+    assert result.returncode != 0  # the launcher's own code; the ranks' is in its report
+    assert re.search(r"Root Cause.*?exitcode\s*:\s*2\b", result.stderr, re.S), result.stderr[-2000:]
+    assert "minimind-trl grpo: error: invalid arguments" in result.stderr
     assert "generation_batch_size (6) must be divisible by num_generations (4)" in result.stderr
     assert "[2 process(es):" in result.stderr
+    # refused at parsing: the policy path (which does not exist) was never even checked, let alone loaded
+    assert "never/loaded" not in result.stderr
     assert not list((folder / "probe").iterdir())  # no rank got as far as training
 
 
