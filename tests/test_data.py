@@ -139,7 +139,8 @@ def test_datasets_api_errors_name_the_row(tmp_path):
 def test_byte_order_mark_is_not_malformed_json(tmp_path):
     path = write_jsonl(tmp_path / "bom.jsonl", ROWS)
     path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # what Windows editors write
-    assert load_rlaif_dataset(path).to_list() == load_rlaif_dataset(write_jsonl(tmp_path / "plain.jsonl", ROWS)).to_list()
+    plain = load_rlaif_dataset(write_jsonl(tmp_path / "plain.jsonl", ROWS))
+    assert load_rlaif_dataset(path).to_list() == plain.to_list()
 
 
 @pytest.mark.parametrize("indent", [2, None], ids=["pretty", "one-line"])
