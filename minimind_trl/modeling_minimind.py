@@ -14,6 +14,7 @@ Like the configuration file, this module is self-contained (no ``minimind_trl`` 
 ``save_pretrained`` ships it for ``trust_remote_code=True`` users.
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,6 @@ from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, MoeCausalLMOutputWithPast
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
@@ -63,8 +63,28 @@ class MiniMindRMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
 
 
+def yarn_inv_freq(inv_freq: torch.Tensor, rope: dict, base: float) -> torch.Tensor:
+    """Upstream MiniMind's YaRN: scale each frequency by `(1 - ramp) + ramp / factor`.
+
+    Not transformers' `rope_type="yarn"`: upstream caps the ramp's upper bound at `dim // 2 - 1`
+    (transformers at `dim - 1`) and divides by `max(high - low, 0.001)`, so small head_dim or low
+    rope_theta give other frequencies than transformers would.
+    """
+    half = inv_freq.shape[0]
+    dim = 2 * half
+    orig_max, factor = rope["original_max_position_embeddings"], rope["factor"]
+
+    def correction_dim(num_rotations: float) -> float:
+        return dim * math.log(orig_max / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(rope["beta_fast"])), 0)
+    high = min(math.ceil(correction_dim(rope["beta_slow"])), half - 1)
+    ramp = ((torch.arange(half, device=inv_freq.device).float() - low) / max(high - low, 0.001)).clamp(0, 1)
+    return inv_freq * (1 - ramp + ramp / factor)
+
+
 class MiniMindRotaryEmbedding(nn.Module):
-    """Rotate-half RoPE; YaRN exactly when upstream applies it (table longer than the original context)."""
+    """Rotate-half RoPE; upstream's YaRN exactly when upstream applies it (table longer than the original context)."""
 
     def __init__(self, config: MiniMindConfig):
         super().__init__()
@@ -75,10 +95,10 @@ class MiniMindRotaryEmbedding(nn.Module):
     @staticmethod
     def compute_rope_parameters(config: MiniMindConfig, device=None) -> tuple[torch.Tensor, float]:
         rope = config.rope_parameters
+        base, dim = rope["rope_theta"], config.head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device).float() / dim))
         if config.yarn_active:
-            return ROPE_INIT_FUNCTIONS["yarn"](config, device)
-        dim = config.head_dim
-        inv_freq = 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device).float() / dim))
+            inv_freq = yarn_inv_freq(inv_freq, rope, base)
         # upstream multiplies cos/sin by YaRN's attention factor even when the frequencies are left alone
         attention_scaling = float(rope.get("attention_factor") or 1.0) if rope["rope_type"] == "yarn" else 1.0
         return inv_freq, attention_scaling

@@ -1,13 +1,14 @@
 """MiniMind modeling: parity with upstream's own code (fixtures) and the transformers conventions TRL relies on."""
 
-import math
-
 import pytest
 import torch
+import upstream_reference
 from conftest import FIXTURE_CASES, load_fixture_case
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM, MiniMindModel
+from minimind_trl.modeling_minimind import MiniMindRotaryEmbedding
 
 ATOL = 1e-5
 
@@ -120,27 +121,46 @@ def test_attention_backends_agree_with_sdpa(fixture_case, attn_implementation):
 # --------------------------------------------------------------------------- YaRN
 
 
-def _upstream_yarn_inv_freq(dim, base, factor, orig_max, beta_fast, beta_slow):
-    """YaRN frequencies as the fixtures' README describes upstream's formula (linear ramp between bounds)."""
-    freqs = 1.0 / (base ** (torch.arange(0, dim, 2)[: dim // 2].float() / dim))
-    inv_dim = lambda b: (dim * math.log(orig_max / (b * 2 * math.pi))) / (2 * math.log(base))  # noqa: E731
-    low, high = max(math.floor(inv_dim(beta_fast)), 0), min(math.ceil(inv_dim(beta_slow)), dim // 2 - 1)
-    ramp = torch.clamp((torch.arange(dim // 2).float() - low) / max(high - low, 0.001), 0, 1)
-    return freqs * (1 - ramp + ramp / factor)
+def _rope_kwargs(generation: str, head_dim: int, **kwargs) -> dict:
+    """Upstream-style kwargs with the given head_dim (MiniMind2 derives it from the width)."""
+    kwargs = dict(num_attention_heads=2, num_key_value_heads=1, inference_rope_scaling=True, **kwargs)
+    if generation == "minimind2":
+        return dict(hidden_size=2 * head_dim, **kwargs)
+    return dict(hidden_size=32, head_dim=head_dim, **kwargs)
+
+
+@pytest.mark.parametrize("rope_theta", [1e3, 1e4, 1e6])
+@pytest.mark.parametrize("head_dim", [4, 8, 16, 24, 64])
+@pytest.mark.parametrize("generation", ["minimind2", "minimind3"])
+def test_yarn_frequencies_follow_upstream(generation, head_dim, rope_theta):
+    kwargs = _rope_kwargs(generation, head_dim, rope_theta=rope_theta)
+    rotary = MiniMindRotaryEmbedding(MiniMindConfig(minimind_generation=generation, **kwargs))
+    expected, attention_factor = upstream_reference.rope_frequencies(upstream_reference.resolve_config(generation, **kwargs))
+    torch.testing.assert_close(rotary.inv_freq.double(), expected, rtol=1e-6, atol=0)
+    assert rotary.attention_scaling == attention_factor == 1.0
+    plain = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2).double() / head_dim))
+    assert not torch.allclose(expected, plain, rtol=1e-3)  # YaRN really changed something
+
+
+def test_yarn_is_not_transformers_yarn_for_small_head_dim():
+    """Why MiniMind computes YaRN itself: transformers caps the ramp at head_dim - 1, upstream at head_dim // 2 - 1."""
+    config = MiniMindConfig(hidden_size=64, num_attention_heads=16, num_key_value_heads=4, rope_theta=1e4,
+                            inference_rope_scaling=True)  # fmt: skip
+    ours = MiniMindRotaryEmbedding(config).inv_freq
+    torch.testing.assert_close(ours, torch.tensor([1.0, 1e-2 / 16]), rtol=1e-6, atol=0)
+    transformers_yarn, _ = ROPE_INIT_FUNCTIONS["yarn"](config, None)
+    assert not torch.allclose(transformers_yarn, ours, rtol=1e-2)
 
 
 @pytest.mark.parametrize("generation", ["minimind2", "minimind3"])
-def test_yarn_frequencies_follow_upstream(generation):
-    config = _tiny_config(minimind_generation=generation, inference_rope_scaling=True)
-    model = MiniMindForCausalLM(config)
-    expected = _upstream_yarn_inv_freq(16, 1e6, 16, 2048, 32, 1)
-    torch.testing.assert_close(model.model.rotary_emb.inv_freq, expected, atol=1e-9, rtol=1e-6)
-    assert not torch.allclose(expected, 1.0 / (1e6 ** (torch.arange(0, 16, 2).float() / 16)))
-
-    # upstream leaves the frequencies alone when the table is not longer than the original context
-    short = MiniMindForCausalLM(_tiny_config(inference_rope_scaling=True, max_position_embeddings=2048))
-    plain = 1.0 / (1e6 ** (torch.arange(0, 16, 2).float() / 16))
-    torch.testing.assert_close(short.model.rotary_emb.inv_freq, plain, atol=0, rtol=0)
+@pytest.mark.parametrize("max_position_embeddings", [1024, 2048, 4096])
+def test_yarn_applies_only_beyond_the_original_context(generation, max_position_embeddings):
+    kwargs = _rope_kwargs(generation, 16, rope_theta=1e4, max_position_embeddings=max_position_embeddings)
+    rotary = MiniMindRotaryEmbedding(MiniMindConfig(minimind_generation=generation, **kwargs))
+    expected, _ = upstream_reference.rope_frequencies(upstream_reference.resolve_config(generation, **kwargs))
+    torch.testing.assert_close(rotary.inv_freq.double(), expected, rtol=1e-6, atol=0)
+    plain = 1.0 / (1e4 ** (torch.arange(0, 16, 2).float() / 16))
+    assert torch.equal(rotary.inv_freq, plain) == (max_position_embeddings <= 2048)
 
 
 # --------------------------------------------------------------------------- transformers conventions
