@@ -15,12 +15,17 @@ What the tensors decide (and `--set` may only confirm):
 What they cannot: MiniMind2's query head count (`head_dim = hidden_size // heads` is not stored; a
 wrong count that still fits the shapes, e.g. 4 instead of 8 at width 512, loads and gives different
 logits), top-k, RoPE base and YaRN, norm eps, aux-loss settings. Those come from upstream's defaults of
-the detected generation unless given.
+the detected generation unless given, or from the sidecar `<stem>.config.json` that
+`minimind-trl export --format native` writes next to the `.pth` (the CLI reads it when present).
+
+Checks run names first (a foreign model is reported as not MiniMind, naming the keys), then the
+embedding tie, then shapes and option values; the model is built before anything is written.
 """
 
 import argparse
 import ast
 import json
+import math
 import os
 import re
 import shutil
@@ -60,10 +65,67 @@ ALLOWED_CONFIG_KEYS = UPSTREAM_CONFIG_KEYS | EXTRA_CONFIG_KEYS
 # MiniMind2 spelling -> MiniMind-3 / minimind-trl spelling
 _ALIASES = {"n_routed_experts": "num_experts", "aux_loss_alpha": "router_aux_loss_coef"}
 
+# The value each accepted key takes, as upstream's `MiniMindConfig` uses it; checked before anything is built,
+# so `--set rms_norm_eps=abc` is an error naming the key rather than a folder that fails later.
+_POSITIVE_INTS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
+    "intermediate_size", "max_position_embeddings", "num_experts_per_tok", "n_routed_experts", "num_experts",
+    "head_dim", "moe_intermediate_size",
+)  # fmt: skip
+_BOOLS = ("inference_rope_scaling", "flash_attn", "use_moe", "norm_topk_prob", "seq_aux", "tie_word_embeddings")
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+_POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta")
+_NON_NEGATIVE_FLOATS = ("aux_loss_alpha", "router_aux_loss_coef")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_option_value(key: str, value):
+    """`value` as `MiniMindConfig` takes it for `key` (ints stay ints, numbers become floats), or a ConversionError."""
+    from transformers.activations import ACT2FN
+
+    if key in _POSITIVE_INTS:
+        ok, wanted = _is_int(value) and value > 0, "a positive integer"
+    elif key == "n_shared_experts":
+        ok, wanted = _is_int(value) and value >= 0, "a non-negative integer"
+    elif key in _TOKEN_IDS:
+        ok, wanted = value is None or (_is_int(value) and value >= 0), "a token id (non-negative integer) or null"
+    elif key in _BOOLS:
+        ok, wanted = isinstance(value, bool), "true or false"
+    elif key in _POSITIVE_FLOATS:
+        ok, wanted = _is_number(value) and value > 0, "a positive number"
+    elif key in _NON_NEGATIVE_FLOATS:
+        ok, wanted = _is_number(value) and value >= 0, "a non-negative number"
+    elif key == "dropout":
+        ok, wanted = _is_number(value) and 0 <= value < 1, "a number in [0, 1)"
+    elif key == "hidden_act":
+        ok = isinstance(value, str) and value in ACT2FN
+        wanted = f"one of transformers' activations ({', '.join(sorted(ACT2FN))})"
+    elif key == "scoring_func":
+        ok, wanted = value == "softmax", "'softmax' (the only gate upstream has)"
+    elif key == "minimind_generation":
+        ok, wanted = value in (MINIMIND2, MINIMIND3), f"{MINIMIND2!r} or {MINIMIND3!r}"
+    elif key == "rope_scaling":
+        ok, wanted = value is None or isinstance(value, Mapping), "a YaRN dict or null"
+    else:
+        raise ConversionError(f"unknown config key {key}")
+    if not ok:
+        raise ConversionError(f"{key}={value!r}: expected {wanted}")
+    if key in _POSITIVE_FLOATS + _NON_NEGATIVE_FLOATS + ("dropout",):
+        return float(value)
+    return value
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 _LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.")
 _SHARED_KEY = re.compile(r"^model\.layers\.0\.mlp\.shared_experts\.(\d+)\.")
+_EXPERT_KEY = re.compile(r"^model\.layers\.0\.mlp\.experts\.(\d+)\.")
 EMBED_KEY, LM_HEAD_KEY = "model.embed_tokens.weight", "lm_head.weight"
 
 
@@ -150,6 +212,7 @@ def infer_config(
             f"unknown config key(s) {', '.join(unknown)}; accepted: upstream MiniMindConfig keywords "
             f"{', '.join(sorted(ALLOWED_CONFIG_KEYS))}"
         )
+    overrides = {key: check_option_value(key, value) for key, value in overrides.items()}
     for alias, name in _ALIASES.items():
         if alias in overrides:
             value = overrides.pop(alias)
@@ -157,6 +220,7 @@ def infer_config(
                 raise ConversionError(f"{alias}={value!r} and {name}={overrides[name]!r} disagree (same setting)")
             overrides[name] = value
     if num_attention_heads is not None:
+        check_option_value("num_attention_heads", num_attention_heads)
         if overrides.setdefault("num_attention_heads", num_attention_heads) != num_attention_heads:
             raise ConversionError(
                 f"--num-attention-heads {num_attention_heads} and num_attention_heads="
@@ -200,6 +264,11 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
 
     prefix = "model.layers.0."
     generation = MINIMIND3 if f"{prefix}self_attn.q_norm.weight" in state_dict else MINIMIND2
+    use_moe = f"{prefix}mlp.gate.weight" in state_dict
+    # names first, then the tie, then shapes: a foreign model is reported as one, not by a tie or head-count check
+    _check_key_names(state_dict, generation, num_layers, use_moe, source)
+    tie_word_embeddings = _infer_tie(state_dict, generation, overrides.get("tie_word_embeddings"), source)
+
     q_out = _shape(state_dict, f"{prefix}self_attn.q_proj.weight", source)[0]
     k_out = _shape(state_dict, f"{prefix}self_attn.k_proj.weight", source)[0]
 
@@ -251,7 +320,6 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
     if generation == MINIMIND3:
         inferred["head_dim"] = head_dim
 
-    use_moe = f"{prefix}mlp.gate.weight" in state_dict
     inferred["use_moe"] = use_moe
     if not use_moe:
         inferred["intermediate_size"] = _shape(state_dict, f"{prefix}mlp.gate_proj.weight", source)[0]
@@ -272,18 +340,53 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
             # so it keeps upstream's formula unless given
             inferred["intermediate_size"] = expert_width
 
-    untied = _tied_tensors_differ(state_dict)
-    tie_requested = overrides.get("tie_word_embeddings")
-    if untied and tie_requested is None:
-        if generation == MINIMIND2:
-            raise ConversionError(
-                f"{source}: {EMBED_KEY} and {LM_HEAD_KEY} differ, but MiniMind2 ties them (corrupted checkpoint?). "
-                f"Pass --set tie_word_embeddings=false to keep both as they are."
-            )
-        inferred["tie_word_embeddings"] = False  # MiniMind-3 trained with tie_word_embeddings=False
-    elif untied and tie_requested:
-        raise ConversionError(f"{source}: tie_word_embeddings=true, but {EMBED_KEY} and {LM_HEAD_KEY} differ")
+    if tie_word_embeddings is not None:
+        inferred["tie_word_embeddings"] = tie_word_embeddings
     return inferred
+
+
+def _check_key_names(state_dict: Mapping[str, torch.Tensor], generation: str, num_layers: int, use_moe: bool, source):
+    """Compare the key names with those of a MiniMind of the same generation, depth and expert layout."""
+    expert_ids = {int(m.group(1)) for key in state_dict if (m := _EXPERT_KEY.match(key))}
+    shared_ids = {int(m.group(1)) for key in state_dict if (m := _SHARED_KEY.match(key))}
+    name = "MiniMind2" if generation == MINIMIND2 else "MiniMind-3"
+    label = f"{name} {'MoE' if use_moe else 'dense'}, {num_layers} layers"
+    if use_moe and not expert_ids:
+        raise ConversionError(f"{source} is not a MiniMind checkpoint: it has a MoE gate but no mlp.experts.N tensors")
+    names_only = MiniMindConfig(  # widths do not change key names; a meta-device skeleton costs nothing
+        minimind_generation=generation, vocab_size=8, hidden_size=2, intermediate_size=1, num_hidden_layers=num_layers,
+        num_attention_heads=1, num_key_value_heads=1, use_moe=use_moe, num_experts=max(expert_ids, default=0) + 1,
+        num_experts_per_tok=1, n_shared_experts=len(shared_ids) if generation == MINIMIND2 else 0,
+    )  # fmt: skip
+    with torch.device("meta"):
+        expected = MiniMindForCausalLM(names_only).state_dict().keys()
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    problems = []
+    if unexpected:
+        problems.append(f"unexpected keys ({len(unexpected)}): {_preview(unexpected)}")
+    if missing:
+        problems.append(f"missing keys ({len(missing)}): {_preview(missing)}")
+    if problems:
+        raise ConversionError(
+            f"{source} is not a MiniMind checkpoint (or a damaged one): its key names do not match {label}: "
+            + "; ".join(problems)
+        )
+
+
+def _infer_tie(state_dict: Mapping[str, torch.Tensor], generation: str, tie_requested, source: str) -> bool | None:
+    """False when the checkpoint holds two different head and embedding tensors (allowed for MiniMind-3 only)."""
+    if not _tied_tensors_differ(state_dict):
+        return None
+    if tie_requested:
+        raise ConversionError(f"{source}: tie_word_embeddings=true, but {EMBED_KEY} and {LM_HEAD_KEY} differ")
+    if tie_requested is None and generation == MINIMIND2:
+        raise ConversionError(
+            f"{source}: {EMBED_KEY} and {LM_HEAD_KEY} differ, but MiniMind2 always ties them, so this is not a "
+            f"MiniMind2 checkpoint (an untied Llama-style model?) or a damaged one. If it is MiniMind2 trained "
+            f"untied, pass --set tie_word_embeddings=false to keep both."
+        )
+    return False
 
 
 def _tied_tensors_differ(state_dict: Mapping[str, torch.Tensor]) -> bool:
@@ -326,8 +429,12 @@ def model_from_state_dict(
     state_dict: Mapping[str, torch.Tensor], config: MiniMindConfig, source: str = "checkpoint"
 ) -> MiniMindForCausalLM:
     """A float32 `MiniMindForCausalLM` holding exactly `state_dict` (strict: nothing half-loads)."""
-    with torch.device("meta"):
-        skeleton = MiniMindForCausalLM(config)
+    try:  # a config that passed its own checks can still name e.g. an unknown activation
+        with torch.device("meta"):
+            skeleton = MiniMindForCausalLM(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"{source}: cannot build a MiniMind from this configuration: {type(exc).__name__}: {exc}"
+        raise ConversionError(message) from exc
     check_state_dict(skeleton, state_dict, source)
     with no_init_weights():  # every parameter is overwritten below; random init would cost seconds
         model = MiniMindForCausalLM(config)
@@ -417,9 +524,13 @@ def convert_checkpoint(
 ) -> MiniMindForCausalLM:
     """Native checkpoint -> `save_pretrained` folder (safetensors, config with `auto_map`, modeling code).
 
-    Everything is read and checked before anything is written. Returns the loaded model.
+    Everything is read, built and checked before anything is written. Returns the loaded model.
     """
     model = load_native_checkpoint(checkpoint, num_attention_heads, overrides, dtype=dtype)
+    try:  # the summary the CLI prints reads every field; a config it cannot print must not be written
+        describe(model.config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConversionError(f"{checkpoint}: invalid configuration: {type(exc).__name__}: {exc}") from exc
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
 
     def write(folder: Path) -> None:
@@ -494,8 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--config", default=None, metavar="JSON",
-        help="a JSON file of the same keywords (e.g. the sidecar `minimind-trl export --format native` writes); "
-        "--set wins",
+        help="a JSON file of the same keywords (default: the sidecar CHECKPOINT_STEM.config.json that "
+        "`minimind-trl export --format native` writes, if present); --set wins",
     )  # fmt: skip
     parser.add_argument(
         "--dtype", default="float32", choices=[*DTYPES, "auto"],
@@ -503,6 +614,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace a non-empty OUTPUT_DIR")
     return parser
+
+
+def native_sidecar_path(checkpoint: str | Path) -> Path:
+    """`m.pth` -> `m.config.json`: the upstream config kwargs `minimind-trl export --format native` writes beside it."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.stem + ".config.json")
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -517,8 +634,12 @@ def read_config_file(path: str | Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    config_file = args.config
+    if config_file is None and native_sidecar_path(args.checkpoint).is_file():
+        config_file = native_sidecar_path(args.checkpoint)
+        print(f"reading settings from {config_file} (written by `minimind-trl export --format native`; --set wins)")
     try:
-        overrides = read_config_file(args.config) if args.config else {}
+        overrides = read_config_file(config_file) if config_file else {}
         overrides.update(parse_set_options(args.overrides))
         model = convert_checkpoint(
             args.checkpoint,
@@ -535,8 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     config = model.config
     print(f"{args.checkpoint}: {describe(config)}")
     if config.minimind_generation == MINIMIND2 and args.num_attention_heads is None and "num_attention_heads" not in overrides:
-        print("note: MiniMind2 checkpoints do not record the head count; assumed upstream's 8 "
-              "(pass --num-attention-heads if you trained with another)")  # fmt: skip
+        print(f"note: MiniMind2 checkpoints do not record the head count; ASSUMED upstream's default "
+              f"{config.num_attention_heads} (it fits the shapes, but so may others: pass --num-attention-heads N "
+              f"if the model was trained with another, or the logits will be wrong)")  # fmt: skip
     print(f"wrote {Path(args.output_dir)} ({str(model.dtype).removeprefix('torch.')}, safetensors)")
     return 0
 

@@ -1,46 +1,58 @@
 """`minimind-trl convert`: upstream checkpoints -> Hugging Face folders, checked against upstream's outputs.
 
 The fixtures were produced by upstream MiniMind itself; converting their `state_dict.pth` with the CLI
-must reproduce upstream's logits and aux loss. Other sizes, head counts, YaRN, fp16 checkpoints and expert
-counts use an independently constructed model (built from upstream-style kwargs) as the oracle.
+must reproduce upstream's logits and aux loss. Other sizes, head counts, expert counts and YaRN settings
+are checked against `upstream_reference`, an independent functional re-statement of upstream's forward
+that is itself first proven on the four fixtures (never against minimind_trl's own model).
 """
 
 import json
 
 import pytest
 import torch
+import upstream_reference as ref
 from conftest import FIXTURE_CASES, FIXTURES, load_fixture_case, require_shared
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl import MiniMindForCausalLM
 from minimind_trl.cli import main as cli
 from minimind_trl.convert import ConversionError, infer_config, load_native_checkpoint, parse_set_options
 
 ATOL = 1e-5
-CONFIG_FIELDS = (
-    "minimind_generation", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "vocab_size", "intermediate_size", "rms_norm_eps", "rope_parameters", "yarn_active",
-    "max_position_embeddings", "use_moe", "num_experts", "num_experts_per_tok", "n_shared_experts",
-    "moe_intermediate_size", "norm_topk_prob", "router_aux_loss_coef", "seq_aux", "tie_word_embeddings",
-)  # fmt: skip
 
 
-def random_minimind(seed: int = 0, **config_kwargs) -> MiniMindForCausalLM:
-    """A MiniMind with O(1) logits and non-trivial norms, so eps, RoPE and routing mistakes show."""
-    torch.manual_seed(seed)
-    model = MiniMindForCausalLM(MiniMindConfig(**config_kwargs)).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.ndim == 2:
-                param.normal_(0.0, param.shape[1] ** -0.5)
-            else:
-                param.uniform_(0.5, 1.5)
-    return model
+def upstream_state_dict(generation: str = "minimind2", seed: int = 0, **kwargs) -> dict[str, torch.Tensor]:
+    """Random weights under upstream's key names for `MiniMindConfig(**kwargs)` of `generation`."""
+    return ref.random_state_dict(ref.resolve_config(generation, **kwargs), seed)
 
 
 def assert_no_leftovers(parent, expected_names=()):
     """Nothing but `expected_names` in `parent`: no output folder, no temp folder."""
     assert sorted(p.name for p in parent.iterdir()) == sorted(expected_names)
+
+
+@pytest.mark.parametrize("era,case", FIXTURE_CASES, ids=[f"{e}-{c}" for e, c in FIXTURE_CASES])
+def test_reference_reproduces_upstream_fixtures(era, case):
+    """The oracle of the other-cases tests below, proven on upstream's own outputs."""
+    fixture = load_fixture_case(era, case)
+    cfg = ref.resolve_config(fixture["generation"], **fixture["config_kwargs"])
+    resolved = json.loads((FIXTURES / era / case / "config.json").read_text())["resolved_config"]
+    assert cfg["intermediate_size"] == resolved["intermediate_size"] and cfg["rms_norm_eps"] == resolved["rms_norm_eps"]
+    state_dict, inputs, expected = fixture["state_dict"], fixture["inputs"], fixture["expected"]
+    shapes = ref.state_dict_shapes(cfg)
+    assert list(shapes) == list(state_dict)  # upstream's key names, in upstream's order
+    assert all(tuple(state_dict[key].shape) == shape for key, shape in shapes.items())
+
+    unpadded = ref.forward(state_dict, cfg, inputs["input_ids_nopad"])
+    torch.testing.assert_close(unpadded["logits"], expected["logits_nopad"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(unpadded["hidden_states"], expected["hidden_states_nopad"], atol=ATOL, rtol=0)
+    padded = ref.forward(state_dict, cfg, inputs["input_ids"], inputs["attention_mask"])["logits"]
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(padded[real], expected["logits_padded"][real], atol=ATOL, rtol=0)
+    assert unpadded["aux_loss"].item() == 0.0
+    if case == "moe":
+        aux = ref.forward(state_dict, cfg, inputs["input_ids_nopad"], training=True)["aux_loss"]
+        assert abs(aux.item() - expected["aux_loss_train"].item()) <= 1e-6 and aux.item() > 0
 
 
 # --------------------------------------------------------------------------- upstream fixtures, through the CLI
@@ -97,11 +109,11 @@ def test_convert_fp16_trainer_checkpoint_and_tokenizer(tmp_path, capsys):
     for key, value in model.state_dict().items():
         assert torch.equal(value, half[key].float()), key
 
-    reference = MiniMindForCausalLM(MiniMindConfig(minimind_generation="minimind3", **fixture["config_kwargs"]))
-    reference.load_state_dict(half, strict=True)
+    cfg = ref.resolve_config("minimind3", **fixture["config_kwargs"])
     input_ids = fixture["inputs"]["input_ids_nopad"]
     with torch.no_grad():
-        torch.testing.assert_close(model(input_ids).logits, reference.eval()(input_ids).logits, atol=ATOL, rtol=0)
+        expected = ref.forward(half, cfg, input_ids)["logits"]
+        torch.testing.assert_close(model(input_ids).logits, expected, atol=ATOL, rtol=0)
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
     upstream = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -111,89 +123,121 @@ def test_convert_fp16_trainer_checkpoint_and_tokenizer(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- other upstream-style cases
 
-# (upstream-style MiniMindConfig kwargs, CLI options a user would pass, checkpoint dtype)
+# upstream kwargs the tensors do not record; a user passes them with --set (MiniMind2's head count with its flag)
+NOT_IN_TENSORS = (
+    "rope_theta", "inference_rope_scaling", "max_position_embeddings", "rms_norm_eps", "num_experts_per_tok",
+    "seq_aux", "aux_loss_alpha", "router_aux_loss_coef", "norm_topk_prob", "hidden_act",
+)  # fmt: skip
+
+# name: (generation, upstream MiniMindConfig kwargs, seed); 2 layers and a small vocabulary keep each case < 1 s
 OTHER_CASES = {
-    "minimind2-dense-6heads-yarn-fp16": (
-        dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=6, inference_rope_scaling=True, rope_theta=1e4),
-        ["--num-attention-heads", "6", "--set", "inference_rope_scaling=true", "--set", "rope_theta=1e4"],
-        torch.float16,
-    ),
-    "minimind2-moe-default-heads-3experts-top1-2shared": (
-        dict(hidden_size=64, num_hidden_layers=2, num_key_value_heads=4, use_moe=True, n_routed_experts=3,
-             num_experts_per_tok=1, n_shared_experts=2, aux_loss_alpha=0.05, vocab_size=500),
-        ["--set", "num_experts_per_tok=1", "--set", "aux_loss_alpha=0.05"],
-        torch.float16,
-    ),
-    "minimind2-moe-all-kwargs-as-set": (
-        dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, use_moe=True,
-             vocab_size=400, seq_aux=False, rms_norm_eps=1e-6),
-        ["--set", "hidden_size=64", "--set", "num_hidden_layers=2", "--set", "num_attention_heads=4",
-         "--set", "num_key_value_heads=2", "--set", "use_moe=True", "--set", "vocab_size=400",
-         "--set", "seq_aux=false", "--set", "rms_norm_eps=1e-6"],
-        torch.float32,
-    ),
-    "minimind3-dense-head_dim24-yarn": (
-        dict(minimind_generation="minimind3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=24, inference_rope_scaling=True, vocab_size=500),
-        ["--set", "inference_rope_scaling=true"],
-        torch.float32,
-    ),
-    "minimind3-moe-6experts-top2-untied-fp16": (
-        dict(minimind_generation="minimind3", hidden_size=64, num_hidden_layers=2, num_key_value_heads=2,
-             use_moe=True, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=96,
-             router_aux_loss_coef=1e-2, tie_word_embeddings=False, vocab_size=500),
-        ["--set", "num_experts_per_tok=2", "--set", "router_aux_loss_coef=0.01"],
-        torch.float16,
-    ),
-    "minimind3-dense-short-table-yarn-inactive": (
-        dict(minimind_generation="minimind3", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-             num_key_value_heads=1, max_position_embeddings=2048, inference_rope_scaling=True, vocab_size=300),
-        ["--set", "max_position_embeddings=2048", "--set", "inference_rope_scaling=true"],
-        torch.float32,
-    ),
+    "m2-dense-h96-2heads-1kv": ("minimind2", dict(hidden_size=96, num_attention_heads=2, num_key_value_heads=1), 1),
+    "m2-dense-h128-16heads-4kv-yarn-theta1e3": (
+        "minimind2", dict(hidden_size=128, num_attention_heads=16, num_key_value_heads=4, inference_rope_scaling=True,
+                          rope_theta=1e3), 2),
+    "m2-dense-head_dim4-yarn-theta1e4": (
+        "minimind2", dict(hidden_size=64, num_attention_heads=16, num_key_value_heads=4, inference_rope_scaling=True,
+                          rope_theta=1e4), 3),
+    "m2-dense-default-8heads-yarn-inactive-at-2048-eps1e-6": (
+        "minimind2", dict(hidden_size=64, inference_rope_scaling=True, max_position_embeddings=2048,
+                          rms_norm_eps=1e-6), 4),
+    "m2-moe-8experts-top1-2shared-token-aux": (
+        "minimind2", dict(hidden_size=64, num_attention_heads=8, num_key_value_heads=4, use_moe=True,
+                          n_routed_experts=8, num_experts_per_tok=1, n_shared_experts=2, seq_aux=False,
+                          aux_loss_alpha=0.05), 5),
+    "m2-moe-8experts-top3-0shared-yarn-4096": (
+        "minimind2", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, use_moe=True,
+                          n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=0, inference_rope_scaling=True,
+                          rope_theta=1e4, max_position_embeddings=4096), 6),
+    "m3-dense-head_dim24-yarn-4096": (
+        "minimind3", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                          inference_rope_scaling=True, max_position_embeddings=4096), 7),
+    "m3-dense-8heads-1kv-head_dim4-yarn-theta1e4": (
+        "minimind3", dict(hidden_size=96, num_attention_heads=8, num_key_value_heads=1, head_dim=4,
+                          inference_rope_scaling=True, rope_theta=1e4), 8),
+    "m3-moe-8experts-top3-eps1e-5": (
+        "minimind3", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, use_moe=True, num_experts=8,
+                          num_experts_per_tok=3, moe_intermediate_size=96, rms_norm_eps=1e-5,
+                          router_aux_loss_coef=1e-2), 9),
+    "m3-moe-8experts-top1-16heads-untied": (
+        "minimind3", dict(hidden_size=128, num_attention_heads=16, num_key_value_heads=4, use_moe=True, num_experts=8,
+                          tie_word_embeddings=False), 10),
 }  # fmt: skip
+
+
+def cli_options(generation: str, kwargs: dict) -> list[str]:
+    """What a user who trained with `kwargs` passes to `minimind-trl convert` (upstream's keyword names)."""
+    options = []
+    if generation == "minimind2" and "num_attention_heads" in kwargs:
+        options += ["--num-attention-heads", str(kwargs["num_attention_heads"])]
+    for key in NOT_IN_TENSORS:
+        if key in kwargs:
+            options += ["--set", f"{key}={json.dumps(kwargs[key])}"]
+    return options
 
 
 @pytest.mark.parametrize("name", list(OTHER_CASES))
 def test_cli_convert_other_upstream_cases(name, tmp_path, capsys):
-    kwargs, options, dtype = OTHER_CASES[name]
-    oracle = random_minimind(seed=len(name), **kwargs)
-    checkpoint = {key: value.to(dtype) for key, value in oracle.state_dict().items()}
-    torch.save(checkpoint, tmp_path / "model.pth")
-    oracle.load_state_dict(checkpoint)  # same rounding as the checkpoint
+    generation, kwargs, seed = OTHER_CASES[name]
+    cfg = ref.resolve_config(generation, num_hidden_layers=2, vocab_size=320, **kwargs)
+    saved = ref.save_like_upstream_trainer(ref.random_state_dict(cfg, seed), tmp_path / "full_sft.pth")
 
-    rc = cli(["convert", str(tmp_path / "model.pth"), str(tmp_path / "hf"), *options])
+    rc = cli(["convert", str(tmp_path / "full_sft.pth"), str(tmp_path / "hf"), *cli_options(generation, kwargs)])
     assert rc == 0, capsys.readouterr().err
-    converted = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
-    for field in CONFIG_FIELDS:
-        assert getattr(converted.config, field) == getattr(oracle.config, field), field
-    assert converted.dtype == torch.float32
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert isinstance(model, MiniMindForCausalLM) and model.dtype == torch.float32
+    config = model.config
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (
+        cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"])  # fmt: skip
+    assert config.rms_norm_eps == cfg["rms_norm_eps"] and config.tie_word_embeddings == cfg["tied"]
 
-    input_ids = torch.randint(3, kwargs.get("vocab_size", 6400), (2, 12), generator=torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, cfg["vocab_size"], (3, 16), generator=generator)
     mask = torch.ones_like(input_ids)
-    mask[1, :4] = 0
+    mask[1, :4], mask[2, :9] = 0, 0
+    input_ids = input_ids.masked_fill(mask == 0, 0)
+    real = mask.bool()
     with torch.no_grad():
-        for args in ({}, {"attention_mask": mask}):
-            expected, got = oracle(input_ids, **args).logits, converted(input_ids, **args).logits
-            torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], atol=ATOL, rtol=0)
-        if oracle.config.use_moe:
-            oracle.train(), converted.train()
-            assert abs(converted(input_ids).aux_loss.item() - oracle(input_ids).aux_loss.item()) <= 1e-6
+        got = model(input_ids[:1]).logits
+        torch.testing.assert_close(got, ref.forward(saved, cfg, input_ids[:1])["logits"], atol=ATOL, rtol=0)
+        got = model(input_ids, attention_mask=mask).logits
+        expected = ref.forward(saved, cfg, input_ids, mask)["logits"]
+        torch.testing.assert_close(got[real], expected[real], atol=ATOL, rtol=0)
+        if cfg["use_moe"]:
+            aux = model.train()(input_ids[:1]).aux_loss
+            expected_aux = ref.forward(saved, cfg, input_ids[:1], training=True)["aux_loss"]
+            assert abs(aux.item() - expected_aux.item()) <= 1e-6 and expected_aux.item() > 0
 
 
 def test_minimind2_head_count_is_an_assumption_and_says_so(tmp_path, capsys):
     """A MiniMind2 head count that fits the shapes cannot be told from the tensors: default 8, with a note."""
-    torch.save(random_minimind(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=300).state_dict(),
+    torch.save(upstream_state_dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=300),
                tmp_path / "m.pth")  # fmt: skip
     assert cli(["convert", str(tmp_path / "m.pth"), str(tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
-    assert "do not record the head count" in out and "8 heads x 8" in out
+    assert "do not record the head count; ASSUMED upstream's default 8" in out and "8 heads x 8" in out
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.num_attention_heads == 8
 
 
+def test_sidecar_next_to_the_checkpoint_supplies_what_the_tensors_cannot(tmp_path, capsys):
+    """`export --format native` writes `m.config.json` beside `m.pth`; convert reads it without --config."""
+    kwargs = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=300, rope_theta=1e4,
+                  inference_rope_scaling=True)  # fmt: skip
+    torch.save(upstream_state_dict(**kwargs), tmp_path / "m.pth")
+    (tmp_path / "m.config.json").write_text(json.dumps({"minimind_generation": "minimind2", **kwargs}))
+    assert cli(["convert", str(tmp_path / "m.pth"), str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert "reading settings from" in out and "m.config.json" in out and "ASSUMED" not in out
+    config = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config
+    assert (config.num_attention_heads, config.rope_parameters["rope_theta"], config.yarn_active) == (4, 1e4, True)
+    # an explicit flag that contradicts the sidecar is an error, not a silent choice
+    rc = cli(["convert", str(tmp_path / "m.pth"), str(tmp_path / "hf2"), "--num-attention-heads", "8"])
+    assert rc == 1 and "disagree" in capsys.readouterr().err and not (tmp_path / "hf2").exists()
+
+
 def test_upstream_resume_file_is_unwrapped(tmp_path, capsys):
-    model = random_minimind(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=200)
-    state = {k: v.half() for k, v in model.state_dict().items()}
+    state = {k: v.half() for k, v in upstream_state_dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                         vocab_size=200).items()}  # fmt: skip
     torch.save({"model": state, "optimizer": {"state": {}, "param_groups": []}, "epoch": 1, "step": 10},
                tmp_path / "full_sft_32_resume.pth")  # fmt: skip
     loaded = load_native_checkpoint(tmp_path / "full_sft_32_resume.pth", num_attention_heads=2)
@@ -210,31 +254,55 @@ def test_set_values_are_json_or_python_literals():
 
 
 def test_aliases_must_agree():
-    model = random_minimind(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, use_moe=True, vocab_size=200)
-    config = infer_config(model.state_dict(), 2, {"aux_loss_alpha": 0.2})
+    state_dict = upstream_state_dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, use_moe=True,
+                                     vocab_size=200)  # fmt: skip
+    config = infer_config(state_dict, 2, {"aux_loss_alpha": 0.2})
     assert config.router_aux_loss_coef == 0.2
     with pytest.raises(ConversionError, match="aux_loss_alpha=0.2 and router_aux_loss_coef=0.3 disagree"):
-        infer_config(model.state_dict(), 2, {"aux_loss_alpha": 0.2, "router_aux_loss_coef": 0.3})
+        infer_config(state_dict, 2, {"aux_loss_alpha": 0.2, "router_aux_loss_coef": 0.3})
+
+
+@pytest.mark.parametrize(
+    "key,raw,coerced",
+    [("rms_norm_eps", "1e-6", 1e-6), ("rope_theta", "10000", 1e4), ("dropout", "0", 0.0), ("seq_aux", "false", False),
+     ("hidden_act", "gelu", "gelu"), ("pad_token_id", "null", None), ("num_experts_per_tok", "3", 3)],
+)  # fmt: skip
+def test_set_values_take_upstream_types(key, raw, coerced):
+    state_dict = upstream_state_dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, use_moe=True,
+                                     n_routed_experts=4, vocab_size=200)  # fmt: skip
+    config = infer_config(state_dict, 2, parse_set_options([f"{key}={raw}"]))
+    value = config.rope_parameters["rope_theta"] if key == "rope_theta" else getattr(config, key)
+    assert value == coerced and type(value) is type(coerced)
 
 
 # --------------------------------------------------------------------------- errors: clear, non-zero, nothing left behind
 
 
 def _minimind2(tmp_path):
-    model = random_minimind(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=300)
-    return {key: value.clone() for key, value in model.state_dict().items()}
+    return upstream_state_dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=300)
+
+
+def _minimind2_moe(tmp_path):
+    return upstream_state_dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, use_moe=True, vocab_size=200)
 
 
 def _minimind3(tmp_path):
-    model = random_minimind(minimind_generation="minimind3", hidden_size=64, num_hidden_layers=2,
-                            num_attention_heads=4, vocab_size=300)  # fmt: skip
-    return model.state_dict()
+    return upstream_state_dict("minimind3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=300)
 
 
 def _minimind3_moe(tmp_path):
-    model = random_minimind(minimind_generation="minimind3", hidden_size=32, num_hidden_layers=1,
-                            num_attention_heads=2, num_key_value_heads=1, use_moe=True, vocab_size=200)  # fmt: skip
-    return model.state_dict()
+    return upstream_state_dict("minimind3", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               num_key_value_heads=1, use_moe=True, vocab_size=200)  # fmt: skip
+
+
+def _qwen2_like(tmp_path):
+    """Qwen2's layout: MiniMind's names plus q/k/v biases, and an untied head."""
+    state_dict = _minimind2(tmp_path)
+    for layer in range(2):
+        for proj in "qkv":
+            rows = state_dict[f"model.layers.{layer}.self_attn.{proj}_proj.weight"].shape[0]
+            state_dict[f"model.layers.{layer}.self_attn.{proj}_proj.bias"] = torch.zeros(rows)
+    return {**state_dict, "lm_head.weight": torch.randn(300, 64)}
 
 
 def _truncated(path):
@@ -271,8 +339,25 @@ ERROR_CASES = {
     "mis-shaped-key": (lambda p: _edit(_minimind2(p), replace={"model.layers.1.mlp.up_proj.weight": torch.randn(128, 64)}),
                        None, ["--num-attention-heads", "4"],
                        ["mis-shaped keys (1)", "model.layers.1.mlp.up_proj.weight [128, 64] (expected [192, 64])"]),
-    "tied-tensors-disagree": (lambda p: _edit(_minimind2(p), replace={"lm_head.weight": torch.randn(300, 64)}), None,
-                              ["--num-attention-heads", "4"], ["model.embed_tokens.weight and lm_head.weight differ"]),
+    "untied-llama-like": (lambda p: _edit(_minimind2(p), replace={"lm_head.weight": torch.randn(300, 64)}), None,
+                          ["--num-attention-heads", "4"],
+                          ["model.embed_tokens.weight and lm_head.weight differ", "not a MiniMind2 checkpoint"]),
+    "qwen2-like-biases": (_qwen2_like, None, [],
+                          ["is not a MiniMind checkpoint", "unexpected keys (6)",
+                           "model.layers.0.self_attn.q_proj.bias"]),
+    "set-eps-not-a-number": (_minimind2, None, ["--num-attention-heads", "4", "--set", "rms_norm_eps=abc"],
+                             ["rms_norm_eps='abc': expected a positive number"]),
+    "set-unknown-activation": (_minimind2, None, ["--num-attention-heads", "4", "--set", "hidden_act=bogus"],
+                               ["hidden_act='bogus': expected one of transformers' activations"]),
+    "set-dropout-not-a-number": (_minimind2, None, ["--num-attention-heads", "4", "--set", "dropout=abc"],
+                                 ["dropout='abc': expected a number in [0, 1)"]),
+    "set-bool-as-number": (_minimind2_moe, None, ["--num-attention-heads", "2", "--set", "seq_aux=1"],
+                           ["seq_aux=1: expected true or false"]),
+    "set-top-k-above-experts": (_minimind2_moe, None, ["--num-attention-heads", "2", "--set", "num_experts_per_tok=5"],
+                                ["num_experts_per_tok (5) exceeds num_experts (4)"]),
+    "set-unsupported-rope": (_minimind2, None,
+                             ["--num-attention-heads", "4", "--set", 'rope_scaling={"type": "linear"}'],
+                             ["rope type 'linear' is not supported"]),
     "unknown-set-key": (_minimind2, None, ["--set", "n_heads=4"], ["unknown config key(s) n_heads"]),
     "set-contradicts-shapes": (_minimind2, None, ["--num-attention-heads", "4", "--set", "hidden_size=128"],
                                ["hidden_size=128 contradicts the checkpoint", "hidden_size=64"]),
