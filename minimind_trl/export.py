@@ -12,7 +12,9 @@
 Not expressible, so refused: MiniMind2 MoE in any of the three (its always-on shared expert is added
 unweighted, which Llama, Qwen3 and Qwen3-MoE have no place for, and Qwen3-MoE's q/k RMSNorm is not in
 MiniMind2), MiniMind2 as Qwen3 (Qwen3 always applies a q/k RMSNorm MiniMind2 lacks) and MiniMind-3 as Llama
-(Llama has no q/k RMSNorm). Training-time differences that do not touch logits:
+(Llama has no q/k RMSNorm). Also refused: a YaRN that transformers' `rope_type="yarn"` computes with other
+frequencies than upstream MiniMind (small head_dim or low rope_theta). Training-time differences that do not
+touch logits:
 Qwen3-MoE's load-balancing loss averages over layers and masks padding, MiniMind-3's sums unmasked.
 """
 
@@ -25,10 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .configuration_minimind import MINIMIND2, MINIMIND3, UPSTREAM_YARN, MiniMindConfig
-from .convert import DTYPES, ConversionError, write_folder_atomically
-from .modeling_minimind import MiniMindForCausalLM
+from .convert import DTYPES, ConversionError, native_sidecar_path, write_folder_atomically
+from .modeling_minimind import MiniMindForCausalLM, MiniMindRotaryEmbedding
 
 FORMATS = ("native", "llama", "qwen3", "qwen3_moe")
 VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
@@ -161,11 +164,6 @@ def export_native(
     return output_path
 
 
-def native_sidecar_path(output_path: str | Path) -> Path:
-    output_path = Path(output_path)
-    return output_path.with_name(output_path.stem + ".config.json")
-
-
 def _tmp_file(target: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
     os.close(fd)
@@ -221,9 +219,37 @@ def export_rope_parameters(config: MiniMindConfig) -> dict:
     return {"rope_type": "default", "rope_theta": rope["rope_theta"]}
 
 
+def check_rope_matches(config: MiniMindConfig, target_config, fmt: str) -> None:
+    """Refuse a YaRN that transformers' `rope_type="yarn"` computes differently from MiniMind.
+
+    Upstream caps YaRN's ramp at `head_dim // 2 - 1`, transformers at `head_dim - 1`; with a small head_dim or
+    a low rope_theta the frequencies differ and the export would silently change the logits.
+    """
+    if target_config.rope_parameters["rope_type"] == "default":
+        return
+    ours, our_scaling = MiniMindRotaryEmbedding.compute_rope_parameters(config)
+    theirs, their_scaling = ROPE_INIT_FUNCTIONS[target_config.rope_parameters["rope_type"]](target_config, None)
+    if theirs.shape == ours.shape and torch.allclose(theirs, ours, rtol=1e-6, atol=0) and their_scaling == our_scaling:
+        return
+    worst = (theirs - ours).abs().div(ours).max().item() if theirs.shape == ours.shape else float("inf")
+    raise ExportError(
+        f"--format {fmt}: transformers' YaRN gives other RoPE frequencies than MiniMind's for head_dim="
+        f"{config.head_dim}, rope_theta={config.rope_parameters['rope_theta']:g} (relative difference up to "
+        f"{worst:.3g}, attention factor {their_scaling:g} vs {our_scaling:g}): upstream caps YaRN's ramp at "
+        f"head_dim // 2 - 1, transformers at head_dim - 1, so the exported model would compute other logits. "
+        f"Use --format native (upstream MiniMind), or this Hugging Face folder as is."
+    )
+
+
 def transformers_config(config: MiniMindConfig, fmt: str):
     """The transformers config (`LlamaConfig`, `Qwen3Config` or `Qwen3MoeConfig`) that computes what `config` does."""
     _check_expressible(config, fmt)
+    target_config = _build_transformers_config(config, fmt)
+    check_rope_matches(config, target_config, fmt)
+    return target_config
+
+
+def _build_transformers_config(config: MiniMindConfig, fmt: str):
     common = dict(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,

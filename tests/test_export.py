@@ -79,9 +79,12 @@ def test_native_fp16_like_upstream_trainers_and_sidecar_keeps_non_inferable_sett
     assert sidecar["n_routed_experts"] == 3 and sidecar["aux_loss_alpha"] == 0.05  # MiniMind2's own names
     assert sidecar["inference_rope_scaling"] is True and "rope_scaling" not in sidecar
     assert cli(["convert", str(tmp_path / "m.pth"), str(tmp_path / "back"), "--config", str(tmp_path / "m.config.json")]) == 0
-    back = MiniMindForCausalLM.from_pretrained(tmp_path / "back")
-    for field in ("num_attention_heads", "num_experts_per_tok", "router_aux_loss_coef", "rope_parameters", "rms_norm_eps"):
-        assert getattr(back.config, field) == getattr(model.config, field), field
+    # without --config, convert finds the sidecar next to the checkpoint by itself
+    assert cli(["convert", str(tmp_path / "m.pth"), str(tmp_path / "found")]) == 0
+    for folder in ("back", "found"):
+        back = MiniMindForCausalLM.from_pretrained(tmp_path / folder)
+        for field in ("num_attention_heads", "num_experts_per_tok", "router_aux_loss_coef", "rope_parameters", "rms_norm_eps"):
+            assert getattr(back.config, field) == getattr(model.config, field), (folder, field)
 
 
 def test_to_native_state_dict_checks_keys():
@@ -188,6 +191,33 @@ def test_inexpressible_exports_are_refused_with_the_reason(name, tmp_path, capsy
     assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "out"), "--format", fmt]) == 1
     assert fragment in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["minimind"]
+
+
+YARN_MISMATCHES = {
+    # name: (MiniMindConfig kwargs, format); upstream's YaRN ramp ends at head_dim // 2 - 1, transformers' at head_dim - 1
+    "minimind2-head_dim4-theta1e4-llama": (dict(hidden_size=64, num_attention_heads=16, num_key_value_heads=4,
+                                                rope_theta=1e4), "llama"),
+    "minimind3-head_dim8-theta1e3-qwen3": (dict(minimind_generation="minimind3", hidden_size=32, num_attention_heads=2,
+                                                num_key_value_heads=1, head_dim=8, rope_theta=1e3), "qwen3"),
+    "minimind3-moe-head_dim4-theta1e4-qwen3_moe": (dict(minimind_generation="minimind3", hidden_size=32,
+                                                        num_attention_heads=4, num_key_value_heads=2, head_dim=4,
+                                                        rope_theta=1e4, use_moe=True), "qwen3_moe"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(YARN_MISMATCHES))
+def test_yarn_that_transformers_computes_differently_is_refused(name, tmp_path, capsys):
+    kwargs, fmt = YARN_MISMATCHES[name]
+    model = random_minimind(num_hidden_layers=1, vocab_size=100, inference_rope_scaling=True, **kwargs)
+    model.save_pretrained(tmp_path / "minimind")
+    assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "out"), "--format", fmt, "--no-verify"]) == 1
+    err = capsys.readouterr().err
+    assert "transformers' YaRN gives other RoPE frequencies" in err and "--format native" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["minimind"]
+    # the same folder without YaRN, or as native, exports fine
+    assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "m.pth"), "--format", "native"]) == 0
+    plain = random_minimind(num_hidden_layers=1, vocab_size=100, **kwargs)
+    export_hf(plain, tmp_path / fmt, fmt)
 
 
 def test_verification_rejects_a_wrong_mapping_and_leaves_nothing(tmp_path, monkeypatch):
