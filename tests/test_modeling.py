@@ -135,7 +135,8 @@ def _rope_kwargs(generation: str, head_dim: int, **kwargs) -> dict:
 def test_yarn_frequencies_follow_upstream(generation, head_dim, rope_theta):
     kwargs = _rope_kwargs(generation, head_dim, rope_theta=rope_theta)
     rotary = MiniMindRotaryEmbedding(MiniMindConfig(minimind_generation=generation, **kwargs))
-    expected, attention_factor = upstream_reference.rope_frequencies(upstream_reference.resolve_config(generation, **kwargs))
+    upstream = upstream_reference.resolve_config(generation, **kwargs)
+    expected, attention_factor = upstream_reference.rope_frequencies(upstream)
     torch.testing.assert_close(rotary.inv_freq.double(), expected, rtol=1e-6, atol=0)
     assert rotary.attention_scaling == attention_factor == 1.0
     plain = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2).double() / head_dim))

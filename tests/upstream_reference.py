@@ -126,7 +126,7 @@ def random_state_dict(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
 
 
 def save_like_upstream_trainer(state_dict: dict[str, torch.Tensor], path) -> dict[str, torch.Tensor]:
-    """`torch.save({k: v.half()})` as upstream's trainers do (tied tensors become two copies); returns what was saved."""
+    """`torch.save({k: v.half()})` as upstream's trainers do (tied tensors become two copies); returns the saved dict."""
     half = {key: value.half() for key, value in state_dict.items()}
     torch.save(half, path)
     return half
@@ -175,7 +175,8 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def _swiglu(x: torch.Tensor, w: dict, prefix: str, act) -> torch.Tensor:
-    return (act(x @ w[f"{prefix}gate_proj.weight"].T) * (x @ w[f"{prefix}up_proj.weight"].T)) @ w[f"{prefix}down_proj.weight"].T
+    gated = act(x @ w[f"{prefix}gate_proj.weight"].T) * (x @ w[f"{prefix}up_proj.weight"].T)
+    return gated @ w[f"{prefix}down_proj.weight"].T
 
 
 def _attention(x, w, p, cfg, cos, sin, key_mask):
@@ -249,7 +250,8 @@ def forward(state_dict, cfg: dict, input_ids, attention_mask=None, training: boo
     aux = torch.zeros((), dtype=torch.float64)
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        h = h + _attention(_rms_norm(h, w[f"{p}input_layernorm.weight"], eps), w, f"{p}self_attn.", cfg, cos, sin, key_mask)
+        x = _rms_norm(h, w[f"{p}input_layernorm.weight"], eps)
+        h = h + _attention(x, w, f"{p}self_attn.", cfg, cos, sin, key_mask)
         x = _rms_norm(h, w[f"{p}post_attention_layernorm.weight"], eps)
         if cfg["use_moe"]:
             y, layer_aux = _moe(x, w, f"{p}mlp.", cfg, act, training)
