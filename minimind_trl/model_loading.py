@@ -64,7 +64,7 @@ def check_model_source(model_name_or_path: str | None, tokenizer_name_or_path: s
         raise ModelSourceError(f"tokenizer_name_or_path: {tokenizer_name_or_path} does not exist")
 
 
-def _source_fingerprint(checkpoint: str, tokenizer: str, num_attention_heads: int | None) -> dict:
+def _source_fingerprint(checkpoint: str, tokenizer: str, num_attention_heads: int | None, settings: dict) -> dict:
     stat = os.stat(checkpoint)
     return {
         "checkpoint": os.path.abspath(checkpoint),
@@ -72,24 +72,36 @@ def _source_fingerprint(checkpoint: str, tokenizer: str, num_attention_heads: in
         "mtime_ns": stat.st_mtime_ns,
         "tokenizer": os.path.abspath(tokenizer) if os.path.exists(tokenizer) else tokenizer,
         "num_attention_heads": num_attention_heads,
+        "settings": settings,
     }
 
 
 def convert_native_policy(
     checkpoint: str, tokenizer: str, output_dir: str, num_attention_heads: int | None = None
 ) -> str:
-    """Convert a native `.pth` into `<output_dir>/_base_model` unless an identical conversion is already there."""
-    from .convert import convert_checkpoint
+    """Convert a native `.pth` into `<output_dir>/_base_model` unless an identical conversion is already there.
 
+    As `minimind-trl convert` does, settings the tensors cannot show come from the `<stem>.config.json` sidecar
+    that `minimind-trl export --format native` writes beside the checkpoint, when there is one."""
+    from .convert import convert_checkpoint, native_sidecar_path, read_config_file
+
+    sidecar = native_sidecar_path(checkpoint)
+    settings = read_config_file(sidecar) if sidecar.is_file() else {}
     folder = os.path.join(output_dir, CONVERTED_DIR)
     marker = os.path.join(folder, SOURCE_MARKER)
-    fingerprint = _source_fingerprint(checkpoint, tokenizer, num_attention_heads)
+    fingerprint = _source_fingerprint(checkpoint, tokenizer, num_attention_heads, settings)
     if os.path.isfile(marker):
         with open(marker) as f:
             if json.load(f) == fingerprint:
                 return folder
     convert_checkpoint(
-        checkpoint, folder, num_attention_heads=num_attention_heads, tokenizer=tokenizer, dtype="float32", force=True
+        checkpoint,
+        folder,
+        num_attention_heads=num_attention_heads,
+        overrides=settings,
+        tokenizer=tokenizer,
+        dtype="float32",
+        force=True,
     )
     with open(marker, "w") as f:
         json.dump(fingerprint, f, indent=2)

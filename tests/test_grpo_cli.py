@@ -329,6 +329,24 @@ def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
     assert f"**Base model:** `{native}`" in card
 
 
+def test_native_pth_policy_reads_the_export_sidecar(tmp_path, policy, data):
+    """A `.pth` written by `minimind-trl export --format native` carries its non-inferable settings in a sidecar
+    (head count, rope_theta, ...); the GRPO entry point converts with them, as `minimind-trl convert` does."""
+    from minimind_trl import MiniMindForCausalLM
+    from minimind_trl.export import export_native
+
+    model = MiniMindForCausalLM.from_pretrained(policy)
+    model.config.rope_theta = 1e4  # not visible in the tensors: only the sidecar can carry it
+    model.config.rope_parameters["rope_theta"] = 1e4
+    native = export_native(model, tmp_path / "reason_32.pth", dtype=torch.float16)
+    assert (tmp_path / "reason_32.config.json").is_file()
+    recipe = tiny_recipe(tmp_path, policy, data, model_name_or_path=str(native), tokenizer_name_or_path=str(policy))
+    assert main(["--config", str(recipe), "--max_steps", "1"]) == 0  # no native_num_attention_heads needed
+
+    converted = MiniMindForCausalLM.from_pretrained(tmp_path / "out" / "_base_model").config
+    assert converted.num_attention_heads == 4 and converted.rope_parameters["rope_theta"] == 1e4
+
+
 def test_programs_build_the_same_trainer_with_their_own_data_and_callbacks(tmp_path, policy, data):
     """The demo's route: parse a recipe, bring a dataset and callbacks, get the entry point's trainer."""
     from datasets import Dataset
