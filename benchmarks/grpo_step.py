@@ -111,6 +111,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="(b)/(c) completions per forward/backward micro-batch (gradient accumulation over one "
         "generation batch of prompts x generations); default: the whole batch at once",
     )
+    ours.add_argument(
+        "--attn-implementation",
+        default=None,
+        choices=["sdpa", "eager"],
+        help="(b)/(c) the policy's and reference's attention (default: transformers' choice, sdpa)",
+    )
     ours.add_argument("--no-stock", action="store_true", help="skip (c), the trainer on TRL's stock paths")
     parser.add_argument("--role", choices=["seed", "ours", "stock"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -388,6 +394,7 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
         use_transformers_continuous_batching=args.continuous_batching,
         activation_checkpointing=args.activation_checkpointing,
         fast_sampling=not stock,
+        model_init_kwargs={"attn_implementation": args.attn_implementation} if args.attn_implementation else None,
         sampling_weights_dtype=None if stock else SAMPLER_DTYPES[args.sampler_dtype],
         max_steps=total_steps,
         shuffle_dataset=False,
@@ -482,7 +489,8 @@ def report(args, results: dict) -> dict:
     print(
         f"(b)/(c) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
         f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}, "
-        f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}"
+        f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}, "
+        f"attention={args.attn_implementation or 'sdpa (default)'}"
     )
     for key, label in SIDES[1:]:
         if key in results:
@@ -524,6 +532,7 @@ def report(args, results: dict) -> dict:
         "precision": args.precision,
         "sampler_dtype": args.sampler_dtype,
         "cache_implementation": args.cache_implementation,
+        "attn_implementation": args.attn_implementation or "sdpa",
         "load_avg_1m_after": os.getloadavg()[0],
     }
     for key, _, r in sides:
