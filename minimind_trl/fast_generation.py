@@ -10,8 +10,7 @@ computation for the configurations GRPO uses and nothing else:
   draw among the surviving candidates only: the same distribution as `generate`'s full-vocabulary draw;
 * `min_new_tokens` (EOS masked until then), `max_new_tokens`, EOS ids, pad after EOS, early stop when every
   row has finished, `num_return_sequences`, greedy decoding when `do_sample=False`;
-* a KV cache preallocated for prompt + `max_new_tokens` (`PreallocatedLayer`: appended in place, not
-  re-concatenated every step), positions counted over real tokens of left-padded prompts;
+* the model's own KV cache (`DynamicCache`), positions counted over real tokens of left-padded prompts;
 * the model class's own `forward`: instance-level wrappers that training installs on `model.forward` (TRL's
   fused LM head, accelerate's mixed-precision autocast) are bypassed while decoding, so sampling runs in the
   weights' own precision, as the seed's did (module hooks still run).
@@ -36,8 +35,7 @@ import copy
 from contextlib import contextmanager
 
 import torch
-from transformers import GenerationConfig
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers import DynamicCache, GenerationConfig
 
 # GenerationConfig fields the lean loop implements (within the limits `unsupported_settings` checks).
 SUPPORTED_FIELDS = frozenset(
@@ -111,42 +109,6 @@ def _sample_top_k(scores: torch.Tensor, top_k: int) -> torch.Tensor:
     return indices.gather(1, choice).squeeze(1)
 
 
-class PreallocatedLayer(DynamicLayer):
-    """A `DynamicLayer` whose keys and values live in buffers sized for the whole generation.
-
-    `DynamicLayer` concatenates at every decoding step, copying the whole cache each time (quadratic in the
-    completion length); here each step writes its token in place and attention reads a view of the filled part
-    (unlike `StaticLayer`, which attends over the full buffer every step).
-    """
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        batch, heads, _, head_dim = key_states.shape
-        self._key_buffer = key_states.new_empty(batch, heads, self.capacity, head_dim)
-        self._value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start, stop = self.length, self.length + key_states.shape[-2]
-        if stop > self.capacity:
-            raise RuntimeError(f"PreallocatedLayer holds {self.capacity} positions; position {stop} was written")
-        self._key_buffer[:, :, start:stop] = key_states
-        self._value_buffer[:, :, start:stop] = value_states
-        self.length = stop
-        self.keys, self.values = self._key_buffer[:, :, :stop], self._value_buffer[:, :, :stop]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-
 class FastSampler:
     """Runs `generate` for GRPO-style sampling through a lean decoding loop (see the module docstring).
 
@@ -216,8 +178,7 @@ class FastSampler:
         try:
             mask = torch.cat([attention_mask, attention_mask.new_ones(batch, max_new)], dim=1)
             positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-            layers = decoder.config.get_text_config().num_hidden_layers
-            cache = Cache(layers=[PreallocatedLayer(prompt_length + max_new) for _ in range(layers)])
+            cache = DynamicCache(config=decoder.config)
             outputs = decoder(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -278,4 +239,4 @@ class FastSampler:
             del model.generate
 
 
-__all__ = ["FastSampler", "PreallocatedLayer", "SUPPORTED_FIELDS", "unsupported_settings"]
+__all__ = ["FastSampler", "SUPPORTED_FIELDS", "unsupported_settings"]

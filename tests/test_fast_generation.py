@@ -222,34 +222,3 @@ def test_peft_model_decodes_with_its_adapters(model, prompts):
         assert not torch.equal(
             lora.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config), expected
         )
-
-
-def test_preallocated_cache_holds_what_a_dynamic_cache_holds_and_refuses_overflow(model, prompts):
-    """The lean loop's cache: the same keys, values and logits as transformers' DynamicCache, written in place."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import Cache
-
-    from minimind_trl.fast_generation import PreallocatedLayer
-
-    input_ids, attention_mask = prompts
-    layers = model.config.num_hidden_layers
-    preallocated = Cache(layers=[PreallocatedLayer(input_ids.shape[1] + 3) for _ in range(layers)])
-    dynamic = DynamicCache(config=model.config)
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    tokens, mask = input_ids, attention_mask
-    with torch.no_grad():
-        for step in range(3):
-            outputs = [
-                model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
-                for cache in (preallocated, dynamic)
-            ]
-            torch.testing.assert_close(outputs[0].logits, outputs[1].logits, rtol=0, atol=1e-6)
-            tokens = outputs[0].logits[:, -1:].argmax(-1)
-            mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
-            positions = positions[:, -1:] + 1
-        assert preallocated.get_seq_length() == dynamic.get_seq_length() == input_ids.shape[1] + 2
-        for ours, theirs in zip(preallocated.layers, dynamic.layers, strict=True):
-            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
-            assert ours.keys.data_ptr() == ours._key_buffer.data_ptr()  # a view of the buffer, not a copy
-        with pytest.raises(RuntimeError, match="holds 10 positions"):
-            model(input_ids=tokens.repeat(1, 2), attention_mask=torch.cat([mask, mask[:, -1:]], 1), cache=preallocated)
