@@ -360,13 +360,7 @@ def _check_key_names(state_dict: Mapping[str, torch.Tensor], generation: str, nu
     )  # fmt: skip
     with torch.device("meta"):
         expected = MiniMindForCausalLM(names_only).state_dict().keys()
-    missing = [key for key in expected if key not in state_dict]
-    unexpected = [key for key in state_dict if key not in expected]
-    problems = []
-    if unexpected:
-        problems.append(f"unexpected keys ({len(unexpected)}): {_preview(unexpected)}")
-    if missing:
-        problems.append(f"missing keys ({len(missing)}): {_preview(missing)}")
+    problems = _key_problems(expected, state_dict)
     if problems:
         raise ConversionError(
             f"{source} is not a MiniMind checkpoint (or a damaged one): its key names do not match {label}: "
@@ -401,23 +395,25 @@ def _tied_tensors_differ(state_dict: Mapping[str, torch.Tensor]) -> bool:
 # --------------------------------------------------------------------------- strict loading
 
 
+def _key_problems(expected, state_dict: Mapping[str, torch.Tensor]) -> list[str]:
+    """Missing and unexpected keys against `expected` (key names, or a mapping of names to shapes, whose
+    mis-shaped keys are reported too), as message parts; empty when everything fits."""
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    shapes = expected if isinstance(expected, Mapping) else {}
+    misshaped = [
+        f"{key} {list(state_dict[key].shape)} (expected {list(shape)})"
+        for key, shape in shapes.items()
+        if key in state_dict and tuple(state_dict[key].shape) != shape
+    ]
+    named = (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+    return [f"{kind} keys ({len(keys)}): {_preview(keys)}" for kind, keys in named if keys]
+
+
 def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str = "checkpoint"):
     """Raise naming every missing, unexpected and mis-shaped key (before anything is loaded)."""
     expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
-    missing = [key for key in expected if key not in state_dict]
-    unexpected = [key for key in state_dict if key not in expected]
-    misshaped = [
-        f"{key} {list(state_dict[key].shape)} (expected {list(shape)})"
-        for key, shape in expected.items()
-        if key in state_dict and tuple(state_dict[key].shape) != shape
-    ]
-    problems = []
-    if missing:
-        problems.append(f"missing keys ({len(missing)}): {_preview(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys ({len(unexpected)}): {_preview(unexpected)}")
-    if misshaped:
-        problems.append(f"mis-shaped keys ({len(misshaped)}): {_preview(misshaped)}")
+    problems = _key_problems(expected, state_dict)
     if problems:
         raise ConversionError(f"{source} does not match the inferred MiniMind architecture: " + "; ".join(problems))
     floating = [key for key, value in state_dict.items() if not value.is_floating_point()]
