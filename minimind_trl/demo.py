@@ -1,6 +1,6 @@
 """`minimind-trl demo`: teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes, offline.
 
-    minimind-trl demo [--steps 300] [--seed 42] [--output-dir minimind-trl-demo]
+    minimind-trl demo [--steps 500] [--seed 42] [--output-dir minimind-trl-demo]
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -46,6 +46,30 @@ class DemoModel:
     num_key_value_heads: int = 2
 
 
+@dataclass
+class WarmStartArguments:
+    """When the warm start stops (the keys of `recipes/demo/warm_start.yaml` beyond TRL's `SFTConfig`)."""
+
+    target_layout_share: float = field(
+        default=0.08,
+        metadata={
+            "help": "Stop the SFT once this share of sampled completions has the exact <think>/<answer> layout "
+            "(checked every probe_every steps; max_steps caps it). 0 runs max_steps."
+        },
+    )
+    probe_every: int = field(default=5, metadata={"help": "SFT steps between two layout probes."})
+    probe_prompts: int = field(default=64, metadata={"help": "Bundled prompts sampled once each per probe."})
+
+
+@dataclass
+class WarmStart:
+    """What the warm start did, for the demo's output."""
+
+    steps: int
+    layout_share: float | None  # at the last probe; None when no probe ran
+    target: float
+
+
 class DemoError(ValueError):
     """A demo invocation that cannot run (the message says why)."""
 
@@ -55,14 +79,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="minimind-trl demo",
         description="Teach a tiny MiniMind the <think>/<answer> format with GRPO on CPU (offline, a few minutes).",
     )
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 300)")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
     parser.add_argument("--output-dir", default="minimind-trl-demo", help="where outputs go (default: %(default)s)")
     parser.add_argument(
         "--warm-start-steps",
         type=int,
         default=None,
-        help="SFT steps on the bundled format examples before GRPO (default: the warm-start recipe's, 60; 0 skips)",
+        help="SFT steps on the bundled format examples before GRPO (default: until 8%% of sampled completions "
+        "have the exact layout, at most 120, as recipes/demo/warm_start.yaml says; 0 skips)",
     )
     parser.add_argument(
         "--threads",
@@ -124,25 +149,55 @@ def build_model(vocab_size: int, spec: DemoModel = DemoModel()):
 # --------------------------------------------------------------------------- warm start
 
 
-def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str) -> int:
-    """A brief SFT of `model` on the bundled format examples (in place); returns the number of steps run."""
+def layout_share(model, tokenizer, training_args, prompts) -> float:
+    """Share of `prompts` whose completion, sampled as GRPO samples, has the seed's exact layout (format reward)."""
+    import torch
+
+    from .rewards import format_reward
+
+    with torch.random.fork_rng():  # probing must not move the training's random stream
+        samples = sample_completions(model, tokenizer, training_args, prompts=prompts, seed=0)
+    scores = format_reward([prompt for prompt, _, _ in samples], [text for _, text, _ in samples])
+    return sum(score > 0 for score in scores) / len(scores)
+
+
+def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str, grpo_args) -> WarmStart:
+    """A brief SFT of `model` on the bundled format examples (in place).
+
+    With `steps` None it runs until `target_layout_share` of sampled completions have the exact layout, at most
+    the recipe's `max_steps`: GRPO then starts, on every seed, from a policy that sometimes samples the layout
+    (as the seed starts from an SFT'd reasoning model) but mostly does not. `steps` runs exactly that many."""
     from datasets import Dataset
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
-    from transformers import PrinterCallback, ProgressCallback
 
     from .grpo import resolve_recipe
 
     argv = ["--config", resolve_recipe(WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
     if steps is not None:
-        argv += ["--max_steps", str(steps)]
-    (sft_args,) = TrlParser((SFTConfig,)).parse_args_and_config(argv)
+        argv += ["--max_steps", str(steps), "--target_layout_share", "0"]
+    sft_args, stop_args = TrlParser((SFTConfig, WarmStartArguments)).parse_args_and_config(argv)
     conversations = read_conversations(FORMAT_EXAMPLES_FILE)
     dataset = Dataset.from_list([{"prompt": turns[:-1], "completion": turns[-1:]} for turns in conversations])
-    trainer = SFTTrainer(model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer)
+    probe_prompts = [turns[0]["content"] for turns in read_conversations(PROMPTS_FILE)][: stop_args.probe_prompts]
+    shares = []
+
+    class StopAtLayoutShare(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if stop_args.target_layout_share <= 0 or state.global_step % stop_args.probe_every:
+                return
+            shares.append(layout_share(model, tokenizer, grpo_args, probe_prompts))
+            model.train()
+            if shares[-1] >= stop_args.target_layout_share:
+                control.should_training_stop = True
+
+    trainer = SFTTrainer(
+        model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer, callbacks=[StopAtLayoutShare()]
+    )
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
     trainer.train()
-    return sft_args.max_steps
+    return WarmStart(trainer.state.global_step, shares[-1] if shares else None, stop_args.target_layout_share)
 
 
 def save_folder(model, tokenizer, folder: Path) -> Path:
@@ -251,20 +306,8 @@ def run_demo(args: argparse.Namespace) -> int:
         f"Model: MiniMind {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M parameters, "
         f"vocabulary {len(tokenizer)} (tokenizer learned from the bundled prompts), random init, seed {args.seed}."
     )
-    warm_steps = 0
-    if args.warm_start_steps != 0:
-        warm_steps = warm_start(model, tokenizer, args.seed, args.warm_start_steps, str(output_dir / "_warm_start.sft"))
-        shutil.rmtree(output_dir / "_warm_start.sft", ignore_errors=True)
-        print(
-            f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}, which shows the model "
-            f"the tags; GRPO has to learn the exact layout and when to stop ({time.time() - started:.0f}s so far)."
-        )
-    else:
-        print("Warm start: none (--warm-start-steps 0); GRPO starts from random weights.")
-    policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
-
     overrides = {
-        "model_name_or_path": str(policy_dir),
+        "model_name_or_path": str(output_dir / WARM_START_DIR),  # written below, before the trainer loads it
         "dataset_name": str(PROMPTS_FILE),
         "output_dir": str(output_dir),
         "seed": args.seed,
@@ -272,6 +315,26 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.steps is not None:
         overrides["max_steps"] = args.steps
     script_args, training_args, model_args, recipe = parse_recipe(GRPO_RECIPE, overrides)
+
+    warm_steps = 0
+    if args.warm_start_steps != 0:
+        sft_dir = str(output_dir / "_warm_start.sft")
+        warm = warm_start(model, tokenizer, args.seed, args.warm_start_steps, sft_dir, training_args)
+        shutil.rmtree(sft_dir, ignore_errors=True)
+        warm_steps = warm.steps
+        until = (
+            f", until {warm.layout_share:.0%} of its sampled completions had the exact layout (target {warm.target:.0%})"
+            if warm.layout_share is not None
+            else ""
+        )
+        print(
+            f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}{until}; it shows the "
+            f"model the tags, GRPO has to make the exact layout the rule and learn when to stop "
+            f"({time.time() - started:.0f}s so far)."
+        )
+    else:
+        print("Warm start: none (--warm-start-steps 0); GRPO starts from random weights.")
+    policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
     del model
     before = sample_completions(MiniMindForCausalLM.from_pretrained(policy_dir), tokenizer, training_args, seed=args.seed)
 

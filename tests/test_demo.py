@@ -5,9 +5,11 @@ learns: its last 10 GRPO steps beat its first 10 by 0.5 or more. benchmarks/demo
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
@@ -15,6 +17,7 @@ from minimind_trl import demo
 from minimind_trl.cli import main as cli
 from minimind_trl.data import load_rlaif_dataset
 from minimind_trl.demo_progress import DemoProgress, format_step_line, reward_windows
+from minimind_trl.grpo import resolve_recipe
 from minimind_trl.rewards import format_reward, tag_count_reward
 
 SMOKE_ARGS = ["--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
@@ -219,3 +222,52 @@ def test_the_default_demo_learns_the_format(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Warm start:" in out and "SFTTrainer" in out
     assert f"first 10 steps {first:.3f} -> last 10 steps {last:.3f}" in out
+
+
+# --------------------------------------------------------------------------- the warm start's stopping rule
+
+
+def test_warm_start_stops_at_the_first_probe_that_reaches_the_target(tmp_path, monkeypatch):
+    """Probes every `probe_every` steps; the first share >= `target_layout_share` ends the SFT there."""
+    tokenizer = demo.build_tokenizer()
+    model = demo.build_model(len(tokenizer))
+    shares = iter([0.0, 0.05, 0.2, 0.9])
+    probed_at = []
+
+    def scripted_share(probed_model, probed_tokenizer, grpo_args, prompts):
+        probed_at.append(len(prompts))
+        return next(shares)
+
+    monkeypatch.setattr(demo, "layout_share", scripted_share)
+    _, grpo_args, _, _ = demo_parse_recipe(tmp_path)
+    warm = demo.warm_start(model, tokenizer, 0, None, str(tmp_path / "sft"), grpo_args)
+    recipe = yaml.safe_load(Path(resolve_recipe(demo.WARM_START_RECIPE)).read_text())
+    assert 0.05 < recipe["target_layout_share"] <= 0.2  # so the scripted shares stop it at the third probe
+    assert (warm.steps, warm.layout_share, warm.target) == (3 * recipe["probe_every"], 0.2, recipe["target_layout_share"])
+    assert probed_at == [recipe["probe_prompts"]] * 3
+
+
+def test_warm_start_with_a_step_count_runs_exactly_that_many_without_probing(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo, "layout_share", lambda *args: pytest.fail("no probe when the steps are given"))
+    tokenizer = demo.build_tokenizer()
+    _, grpo_args, _, _ = demo_parse_recipe(tmp_path)
+    warm = demo.warm_start(demo.build_model(len(tokenizer)), tokenizer, 0, 12, str(tmp_path / "sft"), grpo_args)
+    assert (warm.steps, warm.layout_share) == (12, None)
+
+
+def test_layout_probe_leaves_the_random_stream_alone(tmp_path):
+    tokenizer = demo.build_tokenizer()
+    model = demo.build_model(len(tokenizer))
+    _, grpo_args, _, _ = demo_parse_recipe(tmp_path)
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    share = demo.layout_share(model, tokenizer, grpo_args, ["What is 7 plus 5?", "狗有几条腿？"])
+    assert 0.0 <= share <= 1.0
+    assert torch.equal(torch.rand(4), expected)
+
+
+def demo_parse_recipe(tmp_path):
+    from minimind_trl.grpo import parse_recipe
+
+    return parse_recipe(demo.GRPO_RECIPE, {"dataset_name": str(demo.PROMPTS_FILE), "output_dir": str(tmp_path)})
