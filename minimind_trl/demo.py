@@ -57,6 +57,13 @@ class WarmStartArguments:
             "(checked every probe_every steps; max_steps caps it). 0 runs max_steps."
         },
     )
+    min_steps: int = field(
+        default=60,
+        metadata={
+            "help": "No probe before this many SFT steps (~3 passes over the examples): GRPO from an earlier stop, "
+            "on a lucky probe, fell into the rule rewards' traps on some seeds."
+        },
+    )
     probe_every: int = field(default=5, metadata={"help": "SFT steps between two layout probes."})
     probe_prompts: int = field(default=64, metadata={"help": "Bundled prompts sampled once each per probe."})
 
@@ -87,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="SFT steps on the bundled format examples before GRPO (default: until 8%% of sampled completions "
-        "have the exact layout, at most 120, as recipes/demo/warm_start.yaml says; 0 skips)",
+        "have the exact layout, at least 60 and at most 120, as recipes/demo/warm_start.yaml says; 0 skips)",
     )
     parser.add_argument(
         "--threads",
@@ -164,9 +171,10 @@ def layout_share(model, tokenizer, training_args, prompts) -> float:
 def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str, grpo_args) -> WarmStart:
     """A brief SFT of `model` on the bundled format examples (in place).
 
-    With `steps` None it runs until `target_layout_share` of sampled completions have the exact layout, at most
-    the recipe's `max_steps`: GRPO then starts, on every seed, from a policy that sometimes samples the layout
-    (as the seed starts from an SFT'd reasoning model) but mostly does not. `steps` runs exactly that many."""
+    With `steps` None it runs until `target_layout_share` of sampled completions have the exact layout, at least
+    the recipe's `min_steps` and at most its `max_steps`: GRPO then starts, on every seed, from a policy that
+    sometimes samples the layout (as the seed starts from an SFT'd reasoning model) but mostly does not. `steps`
+    runs exactly that many."""
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
@@ -184,7 +192,8 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
 
     class StopAtLayoutShare(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            if stop_args.target_layout_share <= 0 or state.global_step % stop_args.probe_every:
+            probing = stop_args.target_layout_share > 0 and state.global_step >= stop_args.min_steps
+            if not probing or state.global_step % stop_args.probe_every:
                 return
             shares.append(layout_share(model, tokenizer, grpo_args, probe_prompts))
             model.train()

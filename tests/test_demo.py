@@ -228,7 +228,7 @@ def test_the_default_demo_learns_the_format(tmp_path, capsys):
 
 
 def test_warm_start_stops_at_the_first_probe_that_reaches_the_target(tmp_path, monkeypatch):
-    """Probes every `probe_every` steps; the first share >= `target_layout_share` ends the SFT there."""
+    """Probes every `probe_every` steps from `min_steps` on; the first share >= `target_layout_share` ends the SFT."""
     tokenizer = demo.build_tokenizer()
     model = demo.build_model(len(tokenizer))
     shares = iter([0.0, 0.05, 0.2, 0.9])
@@ -243,7 +243,10 @@ def test_warm_start_stops_at_the_first_probe_that_reaches_the_target(tmp_path, m
     warm = demo.warm_start(model, tokenizer, 0, None, str(tmp_path / "sft"), grpo_args)
     recipe = yaml.safe_load(Path(resolve_recipe(demo.WARM_START_RECIPE)).read_text())
     assert 0.05 < recipe["target_layout_share"] <= 0.2  # so the scripted shares stop it at the third probe
-    assert (warm.steps, warm.layout_share, warm.target) == (3 * recipe["probe_every"], 0.2, recipe["target_layout_share"])
+    assert recipe["min_steps"] % recipe["probe_every"] == 0  # so the first probe is at min_steps
+    third_probe = recipe["min_steps"] + 2 * recipe["probe_every"]
+    assert third_probe <= recipe["max_steps"]
+    assert (warm.steps, warm.layout_share, warm.target) == (third_probe, 0.2, recipe["target_layout_share"])
     assert probed_at == [recipe["probe_prompts"]] * 3
 
 
