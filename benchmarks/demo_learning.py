@@ -1,17 +1,19 @@
 """Does `minimind-trl demo` really learn? Runs the real demo command for several seeds, one after the other,
-and prints the mean rule reward of the first and the last 10 GRPO steps, the gain, the wall time and the load
-average the run saw.
+and prints the SFT warm start's length, the mean rule reward of the first and the last 10 GRPO steps, the gain,
+the wall time and the load average the run saw.
 
-    python benchmarks/demo_learning.py                  # seeds 42 1 2, the demo's defaults
+    python benchmarks/demo_learning.py                  # seeds 42 1 2, each with the demo's other defaults
     python benchmarks/demo_learning.py --seeds 3 4 --steps 300 -- --threads 2
 
 The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on the seed's 0-1.5 rule scale) for 3 seeds, in
-about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (Too slow for the test suite.)
+about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (The suite runs the default seed
+only: tests/test_demo.py's slow test.)
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,9 +47,11 @@ def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) 
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     window, first, last = reward_windows(records, WINDOW)  # the numbers the demo's own summary prints
     formats = [record["rewards/format_reward/mean"] for record in records[-window:]]
+    warm = re.search(r"^Warm start: (\d+) SFT steps", result.stdout, re.M)  # the demo's own report
     return {
         "seed": seed,
         "steps": len(records),
+        "warm_start_steps": int(warm.group(1)) if warm else 0,
         "first10": first,
         "last10": last,
         "gain": last - first,
@@ -69,15 +73,19 @@ def main() -> int:
     args = parser.parse_args()
 
     print(f"cpus={os.cpu_count()} load average at start={os.getloadavg()}")
-    header = f"{'seed':>5} {'steps':>5} {'first10':>8} {'last10':>7} {'gain':>7} {'fmt%':>5} {'wall_s':>7} {'load':>9}"
+    header = (
+        f"{'seed':>5} {'steps':>5} {'warm':>4} {'first10':>8} {'last10':>7} {'gain':>7} {'fmt%':>5} {'wall_s':>7} "
+        f"{'load':>9}"
+    )
     print(header)
     results = []
     for seed in args.seeds:
         row = run_seed(seed, args.steps, args.extra, args.keep)
         results.append(row)
         print(
-            f"{row['seed']:>5} {row['steps']:>5} {row['first10']:>8.3f} {row['last10']:>7.3f} {row['gain']:>+7.3f} "
-            f"{100 * row['format_share_last10']:>4.0f}% {row['wall_s']:>7.1f} {row['load_before']:>4.1f}/{row['load_after']:<4.1f}",
+            f"{row['seed']:>5} {row['steps']:>5} {row['warm_start_steps']:>4} {row['first10']:>8.3f} "
+            f"{row['last10']:>7.3f} {row['gain']:>+7.3f} {100 * row['format_share_last10']:>4.0f}% "
+            f"{row['wall_s']:>7.1f} {row['load_before']:>4.1f}/{row['load_after']:<4.1f}",
             flush=True,
         )
     passed = [row["gain"] >= MIN_GAIN for row in results]
