@@ -76,6 +76,15 @@ class WarmStart:
     layout_share: float | None  # at the last probe; None when no probe ran
     target: float
 
+    def why_it_stopped(self) -> str:
+        """The clause the demo prints after the step count ("" when the steps were given)."""
+        if self.layout_share is None:
+            return ""
+        share, target = f"{self.layout_share:.0%}", f"{self.target:.0%}"
+        if self.layout_share >= self.target:
+            return f", until {share} of its sampled completions had the exact layout (target {target})"
+        return f" (its cap: the last probe found {share} with the exact layout, short of the target {target})"
+
 
 class DemoError(ValueError):
     """A demo invocation that cannot run (the message says why)."""
@@ -331,14 +340,10 @@ def run_demo(args: argparse.Namespace) -> int:
         warm = warm_start(model, tokenizer, args.seed, args.warm_start_steps, sft_dir, training_args)
         shutil.rmtree(sft_dir, ignore_errors=True)
         warm_steps = warm.steps
-        until = (
-            f", until {warm.layout_share:.0%} of its sampled completions had the exact layout (target {warm.target:.0%})"
-            if warm.layout_share is not None
-            else ""
-        )
         print(
-            f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}{until}; it shows the "
-            f"model the tags, GRPO has to make the exact layout the rule and learn when to stop "
+            f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}"
+            f"{warm.why_it_stopped()}; it shows the model the tags, GRPO has to make the exact layout the rule and "
+            f"learn when to stop "
             f"({time.time() - started:.0f}s so far)."
         )
     else:

@@ -270,6 +270,15 @@ def test_layout_probe_leaves_the_random_stream_alone(tmp_path):
     assert torch.equal(torch.rand(4), expected)
 
 
+def test_the_warm_start_line_says_whether_the_target_or_the_cap_stopped_it():
+    assert demo.WarmStart(65, 0.125, 0.08).why_it_stopped() == (
+        ", until 12% of its sampled completions had the exact layout (target 8%)"
+    )
+    assert "its cap" in demo.WarmStart(120, 0.03, 0.08).why_it_stopped()
+    assert "short of the target 8%" in demo.WarmStart(120, 0.03, 0.08).why_it_stopped()
+    assert demo.WarmStart(12, None, 0.0).why_it_stopped() == ""
+
+
 def demo_parse_recipe(tmp_path):
     from minimind_trl.grpo import parse_recipe
 
