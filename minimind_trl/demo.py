@@ -172,8 +172,8 @@ def layout_share(model, tokenizer, training_args, prompts) -> float:
     from .rewards import format_reward
 
     with torch.random.fork_rng():  # probing must not move the training's random stream
-        samples = sample_completions(model, tokenizer, training_args, prompts=prompts, seed=0)
-    scores = format_reward([prompt for prompt, _, _ in samples], [text for _, text, _ in samples])
+        texts = generate_completions(model, tokenizer, training_args, prompts, seed=0)
+    scores = format_reward(prompts, texts)
     return sum(score > 0 for score in scores) / len(scores)
 
 
@@ -235,9 +235,16 @@ def save_folder(model, tokenizer, folder: Path) -> Path:
 def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, seed: int = 0):
     """One completion per prompt, sampled as GRPO samples them, decoded as TRL decodes them, scored with the
     seed's rule rewards: `[(prompt, completion, reward)]`."""
-    import torch
-
     from .rewards import format_reward, tag_count_reward
+
+    texts = generate_completions(model, tokenizer, training_args, prompts, seed)
+    rewards = [f + t for f, t in zip(format_reward(prompts, texts), tag_count_reward(prompts, texts))]
+    return list(zip(prompts, texts, rewards))
+
+
+def generate_completions(model, tokenizer, training_args, prompts, seed: int) -> list[str]:
+    """One completion per prompt, sampled with GRPO's settings from `seed` and decoded as TRL decodes them."""
+    import torch
 
     rendered = [
         tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
@@ -255,9 +262,7 @@ def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, 
             max_new_tokens=training_args.max_completion_length,
             pad_token_id=tokenizer.pad_token_id,
         )
-    texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    rewards = [f + t for f, t in zip(format_reward(prompts, texts), tag_count_reward(prompts, texts))]
-    return list(zip(prompts, texts, rewards))
+    return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 # --------------------------------------------------------------------------- the run
@@ -343,8 +348,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(
             f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}"
             f"{warm.why_it_stopped()}; it shows the model the tags, GRPO has to make the exact layout the rule and "
-            f"learn when to stop "
-            f"({time.time() - started:.0f}s so far)."
+            f"learn when to stop ({time.time() - started:.0f}s so far)."
         )
     else:
         print("Warm start: none (--warm-start-steps 0); GRPO starts from random weights.")

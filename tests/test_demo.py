@@ -17,7 +17,7 @@ from minimind_trl import demo
 from minimind_trl.cli import main as cli
 from minimind_trl.data import load_rlaif_dataset
 from minimind_trl.demo_progress import DemoProgress, format_step_line, reward_windows
-from minimind_trl.grpo import resolve_recipe
+from minimind_trl.grpo import parse_recipe, resolve_recipe
 from minimind_trl.rewards import format_reward, tag_count_reward
 
 SMOKE_ARGS = ["--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
@@ -280,6 +280,4 @@ def test_the_warm_start_line_says_whether_the_target_or_the_cap_stopped_it():
 
 
 def demo_parse_recipe(tmp_path):
-    from minimind_trl.grpo import parse_recipe
-
     return parse_recipe(demo.GRPO_RECIPE, {"dataset_name": str(demo.PROMPTS_FILE), "output_dir": str(tmp_path)})
