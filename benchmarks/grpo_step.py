@@ -5,8 +5,8 @@
     per-row log-softmax for policy and reference, a second forward for the MoE aux loss, one reward-model
     call per completion, AdamW + clip + cosine).
 (b) `ours`: `MiniMindGRPOTrainer` with its defaults, which include the two CPU levers: the fused log-prob head
-    of `minimind_trl.fast_logprobs` (completion positions only) and rollouts through
-    `minimind_trl.fast_generation.FastSampler` (`fast_sampling=True`). Same rewards as (a) (`format_reward`,
+    of `minimind_trl.trainer.fast_logprobs` (completion positions only) and rollouts through
+    `minimind_trl.trainer.fast_sampling.FastSampler` (`fast_sampling=True`). Same rewards as (a) (`format_reward`,
     `tag_count_reward`, `RewardModelReward` over a batched `InternLM2Scorer`); config levers below
     (`--precision`, `--sampler-dtype` = `sampling_weights_dtype`, ...).
 (c) `stock`: the same trainer with both CPU levers switched off, i.e. TRL's own paths: `fast_sampling=False`
@@ -14,7 +14,7 @@
     while the trainer builds its heads. (b) against (c) is what the levers gain. `--no-stock` skips it.
 
 All start from the same saved policy, the same tiny InternLM2-layout reward model (random weights in the
-published layout, `minimind_trl.reward_models.tiny`) and the same two prompts; all are forced to generate
+published layout, `minimind_trl.models.internlm2_reward.tiny`) and the same two prompts; all are forced to generate
 exactly `--new-tokens` tokens per completion (`min_new_tokens`, checked), so the work is equal. Each side runs
 in its own subprocess, one after the other, so its peak RSS is its own. Phase times for (b)/(c) come from
 TRL's own profiling hooks (`trl.extras.profiling.ProfilingContext`, recorded instead of sent to a tracker) and
@@ -147,8 +147,8 @@ def prepare(args, workdir: Path) -> None:
     import torch
 
     from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-    from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
-    from minimind_trl.tokenization import build_minimind_tokenizer
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_minimind_tokenizer()
@@ -180,7 +180,7 @@ def prepare(args, workdir: Path) -> None:
 def load_shared(workdir: Path):
     from transformers import AutoTokenizer
 
-    from minimind_trl.reward_models import load_internlm2_reward_model, load_internlm2_tokenizer
+    from minimind_trl.models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(workdir / "policy")
     reward_model = load_internlm2_reward_model(workdir / "reward_model", dtype="float32").eval()
@@ -325,12 +325,12 @@ class _PhaseRecorder:
 
 def stock_trainer_class():
     """`MiniMindGRPOTrainer` on TRL's own log-prob head: while the trainer builds its fused heads (it calls
-    `minimind_trl.fast_logprobs.add_fused_lm_head` at the scoring temperature), that name points at TRL's
+    `minimind_trl.trainer.fast_logprobs.add_fused_lm_head` at the scoring temperature), that name points at TRL's
     `trl.trainer.utils.add_fused_lm_head`. With `fast_sampling=False` in its config this is the trainer without
     its CPU levers."""
     from trl.trainer import utils as trl_utils
 
-    from minimind_trl import fast_logprobs
+    from minimind_trl.trainer import fast_logprobs
     from minimind_trl.trainer import MiniMindGRPOTrainer
 
     class StockMiniMindGRPOTrainer(MiniMindGRPOTrainer):
@@ -348,11 +348,11 @@ def stock_trainer_class():
 
 
 def log_prob_head(model) -> str:
-    """Which fused log-prob head the model's forward is: `minimind_trl.fast_logprobs`, `trl.trainer.utils` or
+    """Which fused log-prob head the model's forward is: `minimind_trl.trainer.fast_logprobs`, `trl.trainer.utils` or
     the forward's source file (accelerate's autocast wrapper is looked through)."""
     from trl.trainer import utils as trl_utils
 
-    from minimind_trl import fast_logprobs
+    from minimind_trl.trainer import fast_logprobs
 
     forward = model.__dict__.get("forward")
     if forward is not None and "accelerate" in Path(forward.__code__.co_filename).parts:
@@ -360,7 +360,7 @@ def log_prob_head(model) -> str:
     if forward is None:
         return "class forward"
     filename = getattr(forward, "__func__", forward).__code__.co_filename
-    modules = {fast_logprobs.__file__: "minimind_trl.fast_logprobs", trl_utils.__file__: "trl.trainer.utils"}
+    modules = {fast_logprobs.__file__: "minimind_trl.trainer.fast_logprobs", trl_utils.__file__: "trl.trainer.utils"}
     return modules.get(filename, filename)
 
 

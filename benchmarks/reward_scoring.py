@@ -4,7 +4,7 @@ The seed scores every completion with `reward_model.get_score(tokenizer, message
 conversation (two with an `<answer>`). `InternLM2Scorer.score(conversations)` sorts the conversations by
 length and runs them through the model `--batch-size` at a time. This script times both routes on the same
 stand-in reward model: random weights in the published InternLM2 layout (`--hidden-size 512 --layers 8` by
-default, a mid-size stand-in for `internlm2-1_8b-reward`), written by `minimind_trl.reward_models.tiny`, and
+default, a mid-size stand-in for `internlm2-1_8b-reward`), written by `minimind_trl.models.internlm2_reward.tiny`, and
 `--conversations` chat turns of mixed lengths like GRPO completions. The scores of the two routes must agree
 (max abs difference printed, checked against `--atol`). The last line is one JSON object.
 
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from minimind_trl.reward_models import load_internlm2_reward_model, load_internlm2_tokenizer
-from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
+from minimind_trl.models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer
+from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 from minimind_trl.scorers import InternLM2Scorer
 
 WORDS = (

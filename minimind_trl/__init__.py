@@ -6,8 +6,14 @@ Importing the package registers MiniMind with transformers' Auto classes, so
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
-from .modeling_minimind import MiniMindForCausalLM, MiniMindModel, MiniMindPreTrainedModel
+from .models.minimind import (
+    MINIMIND2,
+    MINIMIND3,
+    MiniMindConfig,
+    MiniMindForCausalLM,
+    MiniMindModel,
+    MiniMindPreTrainedModel,
+)
 
 __version__ = "0.1.0"
 

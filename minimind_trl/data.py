@@ -31,14 +31,12 @@ from typing import Any
 
 import datasets
 
+from .errors import RLAIFDataError
+
 logger = logging.getLogger(__name__)
 
 ROLE_MODES = ("position", "data")
 VALID_ROLES = ("system", "user", "assistant")
-
-
-class RLAIFDataError(ValueError):
-    """A row of an RLAIF file that cannot become a prompt; the message names the file and line (or row)."""
 
 
 def conversation_to_row(

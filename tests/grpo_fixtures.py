@@ -35,7 +35,7 @@ def build_tiny_policy(folder: Path, hidden_size: int = 32, num_hidden_layers: in
     import torch
 
     from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-    from minimind_trl.tokenization import build_minimind_tokenizer
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
     tokenizer = build_minimind_tokenizer()
     config = MiniMindConfig(
@@ -60,7 +60,7 @@ def build_tiny_reward_model(folder: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from minimind_trl.tokenization import build_minimind_tokenizer
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
     tokenizer = build_minimind_tokenizer()
     config = LlamaConfig(

@@ -6,7 +6,7 @@ import zlib
 import pytest
 import torch
 
-from minimind_trl.advantages import batch_renormalize, group_zscore, minimind_advantages
+from minimind_trl.trainer.advantages import batch_renormalize, group_zscore, minimind_advantages
 from minimind_trl.trainer import minimind_advantages as exported_from_trainer
 
 

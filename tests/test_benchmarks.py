@@ -33,7 +33,7 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
         assert set(side["phases"]) == set(grpo_step.PHASES)
         assert side["phases"]["generation"] > 0 and side["phases"]["backward_step"] > 0
     # (b) is the trainer's default (its CPU levers on), (c) runs TRL's own head and stock `generate`
-    assert results["ours"]["levers"] == {"log_prob_head": "minimind_trl.fast_logprobs", "lean_samples": 1}
+    assert results["ours"]["levers"] == {"log_prob_head": "minimind_trl.trainer.fast_logprobs", "lean_samples": 1}
     assert results["stock"]["levers"] == {"log_prob_head": "trl.trainer.utils", "lean_samples": 0}
     summary = grpo_step.report(args, results)
     for key in (
@@ -52,10 +52,10 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
     # TRL's profiling class and the trainer's head builder are restored after the runs
     from trl.extras.profiling import ProfilingContext
 
-    from minimind_trl import fast_logprobs
+    from minimind_trl.trainer import fast_logprobs
 
     assert ProfilingContext.__exit__.__module__ == "trl.extras.profiling"
-    assert fast_logprobs.add_fused_lm_head.__module__ == "minimind_trl.fast_logprobs"
+    assert fast_logprobs.add_fused_lm_head.__module__ == "minimind_trl.trainer.fast_logprobs"
     assert fast_logprobs.add_fused_lm_head.__qualname__ == "add_fused_lm_head"
 
 
@@ -63,7 +63,7 @@ def test_grpo_step_sampler_dtype_reaches_the_trainer(tmp_path, monkeypatch):
     import grpo_step
     import torch
 
-    import minimind_trl.trainer as trainer_module
+    import minimind_trl.trainer.grpo_trainer as trainer_module
 
     args = grpo_step.parse_args(
         [*TOY, "--new-tokens", "2", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]

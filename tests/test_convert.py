@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.cli import main as cli
-from minimind_trl.convert import ConversionError, infer_config, load_native_checkpoint, parse_set_options
+from minimind_trl.conversion.convert import ConversionError, infer_config, load_native_checkpoint, parse_set_options
 
 ATOL = 1e-5
 
@@ -169,7 +169,7 @@ def cli_options(generation: str, kwargs: dict) -> list[str]:
     """What a user who trained with `kwargs` passes to `minimind-trl convert` (upstream's keyword names)."""
     options = []
     if generation == "minimind2" and "num_attention_heads" in kwargs:
-        options += ["--num-attention-heads", str(kwargs["num_attention_heads"])]
+        options += ["--num_attention_heads", str(kwargs["num_attention_heads"])]
     for key in NOT_IN_TENSORS:
         if key in kwargs:
             options += ["--set", f"{key}={json.dumps(kwargs[key])}"]
@@ -232,7 +232,7 @@ def test_sidecar_next_to_the_checkpoint_supplies_what_the_tensors_cannot(tmp_pat
     assert (config.num_attention_heads, config.rope_parameters["rope_theta"], config.yarn_active) == (4, 1e4, True)
     # an explicit flag that contradicts the sidecar is an error, not a silent choice
     rc = cli(["convert", str(tmp_path / "m.pth"), str(tmp_path / "hf2"), "--num-attention-heads", "8"])
-    assert rc == 1 and "disagree" in capsys.readouterr().err and not (tmp_path / "hf2").exists()
+    assert rc == 2 and "disagree" in capsys.readouterr().err and not (tmp_path / "hf2").exists()
 
 
 def test_upstream_resume_file_is_unwrapped(tmp_path, capsys):
@@ -321,7 +321,7 @@ ERROR_CASES = {
     # name: (make state dict, corrupt the written file, extra CLI args, expected message fragments)
     "truncated-file": (_minimind2, _truncated, ["--num-attention-heads", "4"], ["model.pth", "truncated"]),
     "heads-not-dividing-width": (_minimind2, None, ["--num-attention-heads", "5"],
-                                 ["num_attention_heads=5 does not fit", "--num-attention-heads"]),
+                                 ["num_attention_heads=5 does not fit", "--num_attention_heads"]),
     "heads-contradicting-q_norm": (_minimind3, None, ["--num-attention-heads", "8"],
                                    ["num_attention_heads=8 contradicts", "head_dim=16"]),
     "heads-contradicting-kv": (_minimind2, None, ["--num-attention-heads", "1"],
@@ -377,7 +377,7 @@ def test_cli_convert_errors_are_clear_and_leave_nothing(name, tmp_path, capsys):
         corrupt(source / "model.pth")
     rc = cli(["convert", str(source / "model.pth"), str(work / "nested" / "hf"), *args])
     err = capsys.readouterr().err
-    assert rc == 1
+    assert rc == 2
     for fragment in fragments:
         assert fragment in err, err
     assert_no_leftovers(work)  # not even the parent folder it would have created
@@ -389,7 +389,7 @@ def test_existing_output_needs_force_and_is_replaced_whole(tmp_path, capsys):
     output.mkdir()
     (output / "keep.txt").write_text("mine")
     rc = cli(["convert", str(tmp_path / "model.pth"), str(output), "--num-attention-heads", "4"])
-    assert rc == 1 and "not empty (use --force" in capsys.readouterr().err
+    assert rc == 2 and "not empty (use --force" in capsys.readouterr().err
     assert [p.name for p in output.iterdir()] == ["keep.txt"]
 
     rc = cli(["convert", str(tmp_path / "model.pth"), str(output), "--num-attention-heads", "4", "--force"])

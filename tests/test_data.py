@@ -8,7 +8,7 @@ import pytest
 from trl.data_utils import apply_chat_template, is_conversational
 
 from minimind_trl.data import RLAIFDataError, load_rlaif_dataset
-from minimind_trl.tokenization import build_minimind_tokenizer
+from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
 ROWS = [
     {"conversations": [{"role": "user", "content": "中国的首都是哪里？"}, {"role": "assistant", "content": ""}]},

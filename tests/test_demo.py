@@ -13,11 +13,11 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl import demo
+from minimind_trl.cli import demo
 from minimind_trl.cli import main as cli
 from minimind_trl.data import load_rlaif_dataset
-from minimind_trl.demo_progress import DemoProgress, format_step_line, reward_windows
-from minimind_trl.grpo import parse_recipe, resolve_recipe
+from minimind_trl.cli.demo_progress import DemoProgress, format_step_line, reward_windows
+from minimind_trl.cli.recipe import parse_recipe, resolve_recipe
 from minimind_trl.rewards import format_reward, tag_count_reward
 
 SMOKE_ARGS = ["--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
@@ -27,13 +27,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """One real `minimind-trl demo` run, through the CLI dispatcher, shared by the output checks below; records the
-    `minimind_trl.grpo` entry points it went through (those `minimind-trl grpo` runs)."""
-    from minimind_trl import grpo
+    `minimind-trl grpo` stages it went through (those `minimind-trl grpo` runs)."""
+    from minimind_trl.cli import build, grpo, recipe
 
     calls = []
 
-    def spy(name):
-        original = getattr(grpo, name)
+    def spy(module, name):
+        original = getattr(module, name)
 
         def recorded(*args, **kwargs):
             calls.append(name)
@@ -43,8 +43,8 @@ def smoke_run(tmp_path_factory):
 
     output_dir = tmp_path_factory.mktemp("demo") / "out"
     with pytest.MonkeyPatch.context() as patch:
-        for name in ("parse_recipe", "build_trainer", "run"):
-            patch.setattr(grpo, name, spy(name))
+        for module, name in ((recipe, "parse_recipe"), (build, "build_trainer"), (grpo, "run")):
+            patch.setattr(module, name, spy(module, name))
         rc = cli(["demo", *SMOKE_ARGS, "--output-dir", str(output_dir)])
     return rc, output_dir, calls
 
@@ -147,7 +147,7 @@ def test_ctrl_c_leaves_a_loadable_model(tmp_path, monkeypatch, capsys):
 def test_refuses_an_output_dir_that_is_not_a_demo_run(tmp_path, capsys):
     precious = tmp_path / "notes.txt"
     precious.write_text("keep me")
-    assert demo.main(["--output-dir", str(tmp_path)]) == 2
+    assert cli(["demo", "--output-dir", str(tmp_path)]) == 2
     assert "not an earlier demo run" in capsys.readouterr().err
     assert precious.read_text() == "keep me"
 

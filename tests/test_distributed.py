@@ -216,7 +216,7 @@ def test_zero3_resume_from_a_deepspeed_checkpoint_is_exact(setup, zero3):
 
 
 def test_zero2_one_process_with_lora(setup):
-    from minimind_trl.merge_lora import main as merge_main
+    from minimind_trl.cli import run_command
 
     folder = run_dir(setup, "zero2-lora")
     recipe = tiny_recipe(folder, setup.policy, setup.data)
@@ -232,7 +232,7 @@ def test_zero2_one_process_with_lora(setup):
     assert [row["step"] for row in records(folder / "probe", "steps", 0)] == [1, 2]
     adapter = folder / "out"
     assert (adapter / "adapter_model.safetensors").is_file()
-    assert merge_main([str(adapter), str(folder / "merged")]) == 0
+    assert run_command("merge-lora", [str(adapter), str(folder / "merged")]) == 0
     assert (folder / "merged" / "model.safetensors").is_file()
 
 

@@ -10,10 +10,11 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl import export as export_module
+from minimind_trl.conversion import export as export_module
 from minimind_trl.cli import main as cli
-from minimind_trl.convert import convert_checkpoint
-from minimind_trl.export import ExportError, export_hf, to_native_state_dict
+from minimind_trl.conversion.convert import convert_checkpoint
+from minimind_trl.conversion.export import ExportError, export_hf
+from minimind_trl.conversion.export_native import to_native_state_dict
 
 ATOL = 1e-5
 
@@ -188,7 +189,7 @@ def test_inexpressible_exports_are_refused_with_the_reason(name, tmp_path, capsy
     model = random_minimind(minimind_generation=generation, hidden_size=32, num_hidden_layers=1,
                             num_attention_heads=2, num_key_value_heads=1, use_moe=moe, vocab_size=100)  # fmt: skip
     model.save_pretrained(tmp_path / "minimind")
-    assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "out"), "--format", fmt]) == 1
+    assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "out"), "--format", fmt]) == 2
     assert fragment in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["minimind"]
 
@@ -210,7 +211,7 @@ def test_yarn_that_transformers_computes_differently_is_refused(name, tmp_path, 
     kwargs, fmt = YARN_MISMATCHES[name]
     model = random_minimind(num_hidden_layers=1, vocab_size=100, inference_rope_scaling=True, **kwargs)
     model.save_pretrained(tmp_path / "minimind")
-    assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "out"), "--format", fmt, "--no-verify"]) == 1
+    assert cli(["export", str(tmp_path / "minimind"), str(tmp_path / "out"), "--format", fmt, "--no-verify"]) == 2
     err = capsys.readouterr().err
     assert "transformers' YaRN gives other RoPE frequencies" in err and "--format native" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["minimind"]

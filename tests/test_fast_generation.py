@@ -5,7 +5,7 @@ import torch
 from transformers import GenerationConfig
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.fast_generation import FastSampler, _sample_top_k, unsupported_settings
+from minimind_trl.trainer.fast_sampling import FastSampler, _sample_top_k, unsupported_settings
 
 VOCAB = 300
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 from trl.trainer.utils import add_fused_lm_head as trl_add_fused_lm_head
 
-from minimind_trl import MiniMindConfig, MiniMindForCausalLM, fast_logprobs
-from minimind_trl.fast_logprobs import SelectedTokenLogProbs, selected_token_log_probs
+from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl.trainer import fast_logprobs
+from minimind_trl.trainer.fast_logprobs import SelectedTokenLogProbs, selected_token_log_probs
 
 VOCAB = 300
 
@@ -110,4 +111,4 @@ def test_plain_forward_and_unsupported_heads_are_trls(pair):
     other.config.final_logit_softcapping = 30.0  # not implemented here: TRL's head is left in place
     fast_logprobs.add_fused_lm_head(other, outputs=("log_probs",))
     assert other.forward.__func__.__code__.co_filename.endswith("trl/trainer/utils.py")
-    assert our_model.forward.__func__.__code__.co_filename.endswith("minimind_trl/fast_logprobs.py")
+    assert our_model.forward.__func__.__code__.co_filename.endswith("minimind_trl/trainer/fast_logprobs.py")

@@ -11,8 +11,8 @@ import torch
 import yaml
 from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 
-from minimind_trl import grpo
-from minimind_trl.grpo import RecipeError, main, parse_args, parse_recipe
+from minimind_trl.cli.recipe import RecipeError, resolve_recipe
+from minimind_trl.grpo import main, parse_args, parse_recipe
 
 RECIPES = REPO_ROOT / "recipes"
 SEED_RECIPES = sorted((RECIPES / "minimind2" / "grpo").glob("*.yaml")) + sorted(
@@ -109,11 +109,11 @@ def test_missing_recipe_is_an_error(tmp_path):
 
 def test_packaged_recipes_resolve_by_relative_name():
     assert (
-        Path(grpo.resolve_recipe("minimind2/grpo/reasoning.yaml")).resolve()
+        Path(resolve_recipe("minimind2/grpo/reasoning.yaml")).resolve()
         == (RECIPES / "minimind2/grpo/reasoning.yaml").resolve()
     )
     assert (
-        Path(grpo.resolve_recipe("recipes/minimind2/grpo/chat")).resolve()
+        Path(resolve_recipe("recipes/minimind2/grpo/chat")).resolve()
         == (RECIPES / "minimind2/grpo/chat.yaml").resolve()
     )
 
@@ -240,10 +240,10 @@ def test_seed_recipes_parse_and_comment_every_value(path):
 
 @pytest.mark.parametrize("path", SEED_RECIPES, ids=lambda p: str(p.relative_to(RECIPES)))
 def test_seed_recipes_hold_the_seed_settings(path):
-    from minimind_trl.hub import SEED_SETTINGS
+    from minimind_trl.trainer.model_card import UPSTREAM_SETTINGS
 
     values = _recipe_values(path)
-    for name, flag, seed_value in SEED_SETTINGS:
+    for name, flag, seed_value in UPSTREAM_SETTINGS:
         assert name in values, f"{path} does not state {name} ({flag})"
         assert (
             values[name] == pytest.approx(seed_value) if isinstance(seed_value, float) else values[name] == seed_value
@@ -251,12 +251,12 @@ def test_seed_recipes_hold_the_seed_settings(path):
 
 
 def test_seed_settings_table_matches_the_config_defaults():
-    from minimind_trl.hub import SEED_SETTINGS
+    from minimind_trl.trainer.model_card import UPSTREAM_SETTINGS
     from minimind_trl.trainer import MiniMindGRPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(MiniMindGRPOConfig)}
     defaults["bf16"] = True  # resolved in __post_init__ (on unless fp16)
-    for name, _, seed_value in SEED_SETTINGS:
+    for name, _, seed_value in UPSTREAM_SETTINGS:
         assert defaults[name] == seed_value, name
 
 
@@ -293,7 +293,7 @@ def test_two_steps_with_tensorboard(tmp_path, policy, data, monkeypatch):
 
 def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
     from minimind_trl import MiniMindForCausalLM
-    from minimind_trl.export import to_native_state_dict
+    from minimind_trl.conversion.export_native import to_native_state_dict
 
     model = MiniMindForCausalLM.from_pretrained(policy)
     native = tmp_path / "reason_32.pth"
@@ -333,7 +333,7 @@ def test_native_pth_policy_reads_the_export_sidecar(tmp_path, policy, data):
     """A `.pth` written by `minimind-trl export --format native` carries its non-inferable settings in a sidecar
     (head count, rope_theta, ...); the GRPO entry point converts with them, as `minimind-trl convert` does."""
     from minimind_trl import MiniMindForCausalLM
-    from minimind_trl.export import export_native
+    from minimind_trl.conversion.export_native import export_native
 
     model = MiniMindForCausalLM.from_pretrained(policy)
     model.config.rope_theta = 1e4  # not visible in the tensors: only the sidecar can carry it

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.convert import convert_checkpoint
+from minimind_trl.conversion.convert import convert_checkpoint
 
 # Runs in a fresh interpreter where `import minimind_trl` fails, loads each folder with remote code and
 # saves the logits for the parent process to compare.

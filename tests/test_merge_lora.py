@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.grpo import main as grpo_main
-from minimind_trl.merge_lora import main
+from minimind_trl.cli import run_command
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_lora_run_saves_an_adapter_with_its_tokenizer(lora_run):
 
 def test_merge_folds_the_adapter_into_the_base_weights(lora_run, capsys):
     merged_dir = lora_run.root / "merged"
-    assert main([str(lora_run.adapter), str(merged_dir)]) == 0
+    assert run_command("merge-lora", [str(lora_run.adapter), str(merged_dir)]) == 0
 
     base = load_file(lora_run.policy / "model.safetensors")
     adapter = load_file(lora_run.adapter / "adapter_model.safetensors")
@@ -65,15 +65,15 @@ def test_merge_folds_the_adapter_into_the_base_weights(lora_run, capsys):
 
 
 def test_merge_refuses_bad_input(lora_run, tmp_path, capsys):
-    assert main([str(tmp_path), str(tmp_path / "merged")]) == 2
+    assert run_command("merge-lora", [str(tmp_path), str(tmp_path / "merged")]) == 2
     assert "is not a LoRA adapter folder (no adapter_config.json)" in capsys.readouterr().err
 
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "keep.txt").write_text("user data")
-    assert main([str(lora_run.adapter), str(existing)]) == 2
+    assert run_command("merge-lora", [str(lora_run.adapter), str(existing)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert (existing / "keep.txt").read_text() == "user data"
 
-    assert main([str(lora_run.adapter), str(tmp_path / "m2"), "--base_model", "./no/such/base"]) == 2
+    assert run_command("merge-lora", [str(lora_run.adapter), str(tmp_path / "m2"), "--base_model", "./no/such/base"]) == 2
     assert "base model ./no/such/base (from --base_model) does not exist" in capsys.readouterr().err

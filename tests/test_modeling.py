@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM, MiniMindModel
-from minimind_trl.modeling_minimind import MiniMindRotaryEmbedding
+from minimind_trl.models.minimind.modeling_minimind import MiniMindRotaryEmbedding
 
 ATOL = 1e-5
 

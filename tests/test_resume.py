@@ -12,7 +12,7 @@ import pytest
 from grpo_fixtures import PROBE_DIR_ENV, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 from safetensors.torch import load_file
 
-from minimind_trl.checkpointing import (
+from minimind_trl.trainer.checkpointing import (
     RUN_INFO_NAME,
     STAGING_DIR,
     BatchGeometry,
@@ -195,7 +195,7 @@ def test_resume_geometry_keeps_the_global_batch(tmp_path, monkeypatch, caplog):
     checkpoint = write_geometry(tmp_path / "checkpoint-1", geometry())
     now = geometry(world_size=1, per_device_train_batch_size=16, distributed_type="DistributedType.NO")
     monkeypatch.setattr(BatchGeometry, "from_args", classmethod(lambda cls, args: now))
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.checkpointing"):
         assert check_resume_geometry(str(checkpoint), None) == geometry()
     assert "Resuming a 2-process checkpoint on 1 process(es)" in caplog.text
 
@@ -239,10 +239,10 @@ def test_checkpoints_inside_a_reused_generation_batch_are_flagged(caplog):
     args = SimpleNamespace(
         save_strategy="steps", save_steps=3, gradient_accumulation_steps=1, steps_per_generation=2, num_iterations=1
     )
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.checkpointing"):
         check_generation_alignment(args)
     assert "not an exact continuation" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.checkpointing"):
         check_generation_alignment(SimpleNamespace(**{**vars(args), "save_steps": 4}))
     assert caplog.text == ""

@@ -17,7 +17,7 @@ import sentencepiece as spm
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaModel
 
-from minimind_trl.reward_models import (
+from minimind_trl.models.internlm2_reward import (
     INTERNLM2_CHAT_TEMPLATE,
     InternLM2ForRewardModel,
     InternLM2RewardConfig,
@@ -26,8 +26,8 @@ from minimind_trl.reward_models import (
     load_internlm2_state_dict,
     load_internlm2_tokenizer,
 )
-from minimind_trl.reward_models.internlm2 import resolve_dtype
-from minimind_trl.reward_models.tiny import (
+from minimind_trl.models.internlm2_reward.loading import resolve_dtype
+from minimind_trl.models.internlm2_reward.tiny import (
     TINY_REWARD_TOKEN_ID,
     TINY_SPECIALS,
     USER_DEFINED_PIECE,
@@ -236,7 +236,7 @@ def test_strict_loading_names_every_problem(tmp_path, tiny_folder):
     message = str(error.value)
     assert str(folder) in message
     assert "model.layers.1.ffn_norm.weight" in message and "output.weight" in message
-    assert "model.layers.0.attention.wo.weight: checkpoint (5, 7) vs model (32, 32)" in message
+    assert "mis-shaped keys (1): model.layers.0.attention.wo.weight [5, 7] (expected [32, 32])" in message
 
 
 def test_loader_errors_name_the_file(tmp_path, tiny_folder):
@@ -408,7 +408,7 @@ def test_tokenizer_rejects_bad_inputs(tmp_path, tiny_folder):
 
 def test_published_special_ids_against_the_layout():
     """Without a tokenizer_config, the published specials are used (checked on a vocabulary of the real size)."""
-    from minimind_trl.reward_models.internlm2_tokenizer import INTERNLM2_SPECIAL_TOKENS
+    from minimind_trl.models.internlm2_reward.tokenization_internlm2 import INTERNLM2_SPECIAL_TOKENS
 
     assert INTERNLM2_SPECIAL_TOKENS[InternLM2RewardConfig().reward_token_id] == "<|reward|>"
     assert INTERNLM2_SPECIAL_TOKENS[92543] == "<|im_start|>" and INTERNLM2_SPECIAL_TOKENS[92542] == "<|im_end|>"

@@ -9,7 +9,7 @@ import pytest
 from grpo_fixtures import build_tiny_policy, build_tiny_reward_model, tiny_recipe, write_rlaif
 
 from minimind_trl.grpo import main
-from minimind_trl.reward_registry import (
+from minimind_trl.rewards.registry import (
     RewardSpecError,
     build_reward_funcs,
     check_reward_specs,
@@ -29,7 +29,7 @@ def specs(reward_funcs, reward_model=None, weights=None, kind="auto"):
 def test_builtin_and_imported_rewards_in_order():
     script_args, training_args = specs(["tag_count", "grpo_fixtures:token_reward", "format"])
     assert check_reward_specs(script_args, training_args) is None
-    funcs = build_reward_funcs(script_args, training_args, tokenizer=None, kind=None)
+    funcs = build_reward_funcs(script_args, training_args, tokenizer=None)
     assert funcs[0] is tag_count_reward and funcs[2] is format_reward and funcs[1].__name__ == "token_reward"
 
 
@@ -89,7 +89,7 @@ def test_reward_model_folder_without_config(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
     root = tmp_path_factory.mktemp("reward-registry")
     return SimpleNamespace(

@@ -20,7 +20,7 @@ from minimind_trl.rewards import (
     parse_prompt_turns,
     tag_count_reward,
 )
-from minimind_trl.tokenization import build_minimind_tokenizer
+from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
 # --------------------------------------------------------------------------------------------------------------
 # The oracle: the seed's arithmetic, transcribed.
@@ -386,7 +386,7 @@ def test_reward_funcs_inside_trls_grpo_trainer(tmp_path, tokenizer):
 
     from minimind_trl import MiniMindConfig, MiniMindForCausalLM
     from minimind_trl.data import load_rlaif_dataset
-    from minimind_trl.reward_models.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
     from minimind_trl.scorers import InternLM2Scorer
 
     rows = [{"conversations": [{"content": "中国的首都是哪里？"}, {"content": "北京"}]}, {"conversations": [{"content": "2+3?"}, {"content": "5"}]}]

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForSequenceClassification
 
-from minimind_trl.reward_models import build_internlm2_tokenizer, load_internlm2_reward_model, load_internlm2_tokenizer
-from minimind_trl.reward_models.tiny import TINY_REWARD_TOKEN_ID, tiny_tokenizer_config, write_tiny_internlm2_reward_model
+from minimind_trl.models.internlm2_reward import build_internlm2_tokenizer, load_internlm2_reward_model, load_internlm2_tokenizer
+from minimind_trl.models.internlm2_reward.tiny import TINY_REWARD_TOKEN_ID, tiny_tokenizer_config, write_tiny_internlm2_reward_model
 from minimind_trl.rewards import RewardModelReward
 from minimind_trl.scorers import InternLM2Scorer, SequenceClassifierScorer
-from minimind_trl.tokenization import build_minimind_tokenizer
+from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "Paris."}],

@@ -4,7 +4,7 @@ import pytest
 from conftest import FIXTURES, require_shared
 from transformers import AutoTokenizer
 
-from minimind_trl.tokenization import (
+from minimind_trl.models.minimind.tokenization_minimind import (
     DEFAULT_SYSTEM_PROMPT,
     MINIMIND_CHAT_TEMPLATE,
     REASONING_TAGS,

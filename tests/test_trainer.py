@@ -11,8 +11,8 @@ import torch
 from datasets import Dataset
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.advantages import minimind_advantages
-from minimind_trl.tokenization import build_minimind_tokenizer
+from minimind_trl.trainer.advantages import minimind_advantages
+from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
 PAD, EOS = 0, 2

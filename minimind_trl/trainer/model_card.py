@@ -1,21 +1,19 @@
-"""Hand-off of a trained policy: the model card of a run and the checks before pushing it to the Hub.
+"""The model card of a MiniMind GRPO run: what a reader needs on top of TRL's generic card.
 
-TRL writes a generic card (`README.md` in `output_dir`) at every checkpoint and before a push. `RunCard` holds
-what a reader of a MiniMind GRPO model needs on top — the base model, the recipe, the reward functions and
-their weights, the final metrics and how far the settings follow MiniMind's `train_grpo.py` — and
-`extend_model_card` adds it to TRL's card. `check_push_folder` makes sure a pushed folder loads without this
-package: weights as safetensors, a tokenizer, and `config.json` with `auto_map` next to the modeling code.
+TRL writes `README.md` in `output_dir` at every checkpoint and before a push. `RunCard` holds the base model, the
+recipe, the reward functions and their weights, and `render_run_section` adds the final metrics and how far the
+settings follow upstream MiniMind's `train_grpo.py`; `extend_model_card` inserts that section into TRL's card.
+`MiniMindGRPOTrainer.create_model_card` does this for every run, from Python or the CLI.
 """
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from enum import Enum
 
-# (setting, seed flag, the seed's value) -- MiniMind's train_grpo.py defaults; tests check them against
+# (setting, upstream flag, upstream's value) -- MiniMind's train_grpo.py defaults; tests check them against
 # MiniMindGRPOConfig's defaults so the two cannot drift apart.
-SEED_SETTINGS = (
+UPSTREAM_SETTINGS = (
     ("learning_rate", "--learning_rate", 8e-8),
     ("lr_scheduler_type", "CosineAnnealingLR(eta_min=lr/10)", "cosine_with_min_lr"),
     ("max_grad_norm", "--grad_clip", 1.0),
@@ -37,15 +35,11 @@ SEED_SETTINGS = (
     ("bf16", "--dtype bfloat16", True),
     ("seed", "setup_seed(42)", 42),
 )
-SEED_SCRIPT_SETTINGS = (
+UPSTREAM_SCRIPT_SETTINGS = (
     ("reasoning", "--reasoning", True),
     ("reward_model_clip", "scale = 3.0", 3.0),
 )
 CARD_SECTION_TITLE = "## MiniMind GRPO run"
-
-
-class PushCheckError(ValueError):
-    """A folder that would reach the Hub without what people need to load it."""
 
 
 @dataclass
@@ -61,13 +55,15 @@ class RunCard:
     reward_model: str | None = None
     dataset: str | None = None
     lora: dict | None = None
-    settings: list[tuple] = field(default_factory=list)  # (setting, this run, seed, seed flag)
+    settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
 
 
-def seed_settings(training_args, script_args) -> list[tuple]:
-    """(setting, this run's value, the seed's value, seed flag) for every parity-relevant setting."""
-    rows = [(name, getattr(training_args, name, None), value, flag) for name, flag, value in SEED_SETTINGS]
-    rows += [(name, getattr(script_args, name, None), value, flag) for name, flag, value in SEED_SCRIPT_SETTINGS]
+def upstream_settings(training_args, script_args=None) -> list[tuple]:
+    """(setting, this run's value, upstream's value, upstream flag) for every parity-relevant setting; the
+    reward-model rows need the CLI's script arguments (`reasoning`, `reward_model_clip`)."""
+    rows = [(name, getattr(training_args, name, None), value, flag) for name, flag, value in UPSTREAM_SETTINGS]
+    if script_args is not None:
+        rows += [(name, getattr(script_args, name, None), value, flag) for name, flag, value in UPSTREAM_SCRIPT_SETTINGS]
     return rows
 
 
@@ -139,14 +135,14 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
 
     lines += [
         "",
-        "### Settings against MiniMind's `train_grpo.py` (seed parity)",
+        "### Settings against MiniMind's `train_grpo.py` (upstream parity)",
         "",
-        "| setting | this run | seed | seed flag | same |",
+        "| setting | this run | upstream | upstream flag | same |",
         "|---|---|---|---|---|",
     ]
-    for name, value, seed_value, flag in card.settings:
+    for name, value, upstream_value, flag in card.settings:
         lines.append(
-            f"| {name} | {_fmt(value)} | {_fmt(seed_value)} | {flag} | {'yes' if _same(value, seed_value) else 'no'} |"
+            f"| {name} | {_fmt(value)} | {_fmt(upstream_value)} | {flag} | {'yes' if _same(value, upstream_value) else 'no'} |"
         )
 
     repo = hub_model_id or "path/to/this/folder"
@@ -196,44 +192,12 @@ def extend_model_card(readme_path: str, section: str, base_model: str) -> None:
     os.replace(tmp, readme_path)
 
 
-def check_push_folder(folder: str) -> list[str]:
-    """Check that `folder` loads without minimind-trl; returns the files that make it loadable."""
-    if os.path.isfile(os.path.join(folder, "adapter_config.json")):
-        required = ["adapter_config.json", "adapter_model.safetensors"]
-    else:
-        config_path = os.path.join(folder, "config.json")
-        if not os.path.isfile(config_path):
-            raise PushCheckError(f"{folder} has no config.json")
-        with open(config_path) as f:
-            config = json.load(f)
-        auto_map = config.get("auto_map") or {}
-        missing = [name for name in ("AutoConfig", "AutoModelForCausalLM") if name not in auto_map]
-        if missing:
-            raise PushCheckError(
-                f"{config_path}: auto_map lacks {missing}; people without minimind-trl could not load it"
-            )
-        modules = sorted({reference.split(".")[0] + ".py" for reference in auto_map.values()})
-        weights = (
-            "model.safetensors.index.json"
-            if os.path.isfile(os.path.join(folder, "model.safetensors.index.json"))
-            else "model.safetensors"
-        )
-        required = ["config.json", weights, *modules]
-    required += ["tokenizer.json", "tokenizer_config.json"]
-    absent = [name for name in required if not os.path.isfile(os.path.join(folder, name))]
-    if absent:
-        raise PushCheckError(f"{folder} lacks {absent}; refusing to push an incomplete model")
-    return required
-
-
 __all__ = [
     "CARD_SECTION_TITLE",
-    "PushCheckError",
     "RunCard",
-    "SEED_SETTINGS",
-    "check_push_folder",
+    "UPSTREAM_SETTINGS",
     "extend_model_card",
     "final_metrics",
     "render_run_section",
-    "seed_settings",
+    "upstream_settings",
 ]

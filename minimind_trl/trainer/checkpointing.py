@@ -1,11 +1,11 @@
-"""Crash-safe checkpoints and honest resumes for `minimind-trl grpo`.
+"""Crash-safe checkpoints and honest resumes: the pieces `MiniMindGRPOTrainer` saves and resumes with.
 
 transformers' `Trainer._save_checkpoint` writes straight into `<output_dir>/checkpoint-N`, file after file, so
 a run killed while saving leaves a half-written `checkpoint-N` that `resume_from_checkpoint` (and
-`get_last_checkpoint`) would pick as the newest one. `AtomicCheckpointMixin` lets the Trainer write the whole
+`get_last_checkpoint`) would pick as the newest one. `MiniMindGRPOTrainer` lets the Trainer write the whole
 checkpoint into `<output_dir>/_staging/checkpoint-N` (every rank, DeepSpeed shards included), waits for all
-ranks, then renames it into place: a `checkpoint-N` folder exists only once it is complete. (`_staging` starts
-with `_`, which the Trainer's Hub uploads ignore.)
+ranks, then publishes it with `publish_folder`: a `checkpoint-N` folder exists only once it is complete.
+(`_staging` starts with `_`, which the Trainer's Hub uploads ignore.)
 
 TRL shuffles the prompts of every epoch with one generator seeded at the start, whose state no checkpoint
 holds; `EpochSeededRepeatSampler` draws epoch `e`'s order from `seed + e`, so a run resumed in a later epoch
@@ -20,20 +20,19 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
+from transformers.trainer_utils import get_last_checkpoint
 from trl.trainer.utils import RepeatSampler
+
+from ..errors import ResumeError
+from ..loading_utils import whole_model_loading
 
 logger = logging.getLogger(__name__)
 
 STAGING_DIR = "_staging"
 RUN_INFO_NAME = "minimind_run.json"
 LAST_CHECKPOINT_ALIASES = ("last", "latest", "true")
-
-
-class ResumeError(ValueError):
-    """A checkpoint that cannot be resumed with the current arguments."""
 
 
 @dataclass(frozen=True)
@@ -84,79 +83,6 @@ class EpochSeededRepeatSampler(RepeatSampler):
         return super().__iter__()
 
 
-class AtomicCheckpointMixin:
-    """Mixin for a `transformers.Trainer` subclass: checkpoints appear only when complete, and the prompt order
-    of every epoch is reproducible after a resume (see module doc and `EpochSeededRepeatSampler`)."""
-
-    _staging_checkpoint = False
-    _staged_push = None
-    _epoch_sampler = None
-
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        if type(sampler) is RepeatSampler:
-            sampler = EpochSeededRepeatSampler(
-                sampler.data_source,
-                mini_repeat_count=sampler.mini_repeat_count,
-                batch_size=sampler.batch_size,
-                repeat_count=sampler.repeat_count,
-                shuffle=sampler.shuffle,
-                seed=sampler.seed,
-            )
-            self._epoch_sampler = sampler
-        return sampler
-
-    def _run_epoch(self, *args, epoch, **kwargs):
-        if self._epoch_sampler is not None:
-            self._epoch_sampler.epoch = epoch
-        return super()._run_epoch(*args, epoch=epoch, **kwargs)
-
-    def _get_output_dir(self, trial) -> str:
-        run_dir = super()._get_output_dir(trial)
-        return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
-
-    def _complete_staged_checkpoint(self, folder: str) -> None:
-        """Hook: add files to a checkpoint before it is published (main process, all ranks' parts written)."""
-
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        # Hub pushes of a checkpoint upload its folder in the background: start them from the final folder only.
-        if self._staging_checkpoint:
-            self._staged_push = checkpoint_folder
-            return
-        super()._push_from_checkpoint(checkpoint_folder)
-
-    def _save_checkpoint(self, model, trial) -> None:
-        run_dir = super()._get_output_dir(trial)
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staged, final = os.path.join(run_dir, STAGING_DIR, name), os.path.join(run_dir, name)
-        if self.args.should_save and os.path.exists(staged):
-            shutil.rmtree(staged)  # left over by a run killed while saving
-        self.accelerator.wait_for_everyone()
-
-        self._staging_checkpoint, self._staged_push = True, None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self._staging_checkpoint = False
-        if self.args.should_save:
-            with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
-                json.dump(asdict(BatchGeometry.from_args(self.args)), f, indent=2)
-            self._complete_staged_checkpoint(staged)
-
-        self.accelerator.wait_for_everyone()  # every rank has written its part
-        if self.args.should_save:
-            publish_folder(staged, final)
-            staging_root = os.path.dirname(staged)
-            if not os.listdir(staging_root):
-                os.rmdir(staging_root)
-            if self.state.best_model_checkpoint == staged:
-                self.state.best_model_checkpoint = final
-            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
-            if self._staged_push is not None:
-                super()._push_from_checkpoint(final)
-        self.accelerator.wait_for_everyone()
-
-
 def publish_folder(staged: str, final: str) -> None:
     """Rename a complete folder into place, replacing an older `final` only once the new one is there."""
     if os.path.exists(final):
@@ -167,6 +93,25 @@ def publish_folder(staged: str, final: str) -> None:
         shutil.rmtree(retired)
     else:
         os.replace(staged, final)
+
+
+def write_native_weights(folder: str) -> str:
+    """The weights saved in `folder` as upstream MiniMind's `grpo_<hidden>[_moe].pth` (fp16), in that folder.
+
+    Read back from the saved safetensors, so it works whatever held the weights in training (DDP, ZeRO-3).
+    Called on one process only, so the folder is loaded whole: under ZeRO-3 a plain `from_pretrained` would
+    partition it (`zero.Init`), giving empty tensors on one process and waiting forever for the others."""
+    import torch
+
+    from ..conversion.export_native import export_native
+    from ..models.minimind.modeling_minimind import MiniMindForCausalLM
+
+    with whole_model_loading():
+        model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    suffix = "_moe" if model.config.use_moe else ""
+    path = os.path.join(folder, f"grpo_{model.config.hidden_size}{suffix}.pth")
+    export_native(model, path, dtype=torch.float16, force=True)
+    return path
 
 
 def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: str) -> str | None:
@@ -253,7 +198,6 @@ def check_generation_alignment(args) -> None:
 
 
 __all__ = [
-    "AtomicCheckpointMixin",
     "BatchGeometry",
     "EpochSeededRepeatSampler",
     "ResumeError",
@@ -263,4 +207,5 @@ __all__ = [
     "check_resume_geometry",
     "publish_folder",
     "resolve_resume_checkpoint",
+    "write_native_weights",
 ]

@@ -27,7 +27,7 @@ from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import SpmConverter, import_protobuf
 
-from .internlm2 import resolve_model_folder
+from .loading import resolve_model_folder
 
 # The published chat template, without the trailing reward token (scorers append `reward_token_id` anyway).
 INTERNLM2_CHAT_TEMPLATE = (

@@ -1,4 +1,4 @@
-"""Where the policy comes from: a `save_pretrained` folder, a Hub id, or a native MiniMind `.pth`.
+"""Where the policy comes from (a `save_pretrained` folder, a Hub id or a native MiniMind `.pth`), and how it loads.
 
 TRL builds the policy *and* its frozen reference model from a path (`from_pretrained`, under DeepSpeed ZeRO-3
 already partitioned at load), so a native `.pth` is first converted by the same code as `minimind-trl convert`
@@ -10,15 +10,15 @@ import json
 import os
 from dataclasses import dataclass
 
+from ..conversion.convert import convert_checkpoint
+from ..conversion.native_config import native_sidecar_path, read_config_file
+from ..errors import ModelSourceError
+
 NATIVE_SUFFIXES = (".pth", ".pt")
 CONVERTED_DIR = "_base_model"
 SOURCE_MARKER = "minimind_source.json"
 # MiniMind's linear layers (attention and MLP, dense and MoE experts); the LM head is tied to the embeddings.
 MINIMIND_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-class ModelSourceError(ValueError):
-    """A policy or tokenizer location that cannot be used; the message names the argument."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,6 @@ def convert_native_policy(
 
     As `minimind-trl convert` does, settings the tensors cannot show come from the `<stem>.config.json` sidecar
     that `minimind-trl export --format native` writes beside the checkpoint, when there is one."""
-    from .convert import convert_checkpoint, native_sidecar_path, read_config_file
-
     sidecar = native_sidecar_path(checkpoint)
     settings = read_config_file(sidecar) if sidecar.is_file() else {}
     folder = os.path.join(output_dir, CONVERTED_DIR)
@@ -109,9 +107,9 @@ def convert_native_policy(
 
 
 def resolve_policy(model_args, script_args, training_args) -> PolicySource:
-    """The policy's `from_pretrained` path, converting a native `.pth` on the main process first."""
+    """The policy's `from_pretrained` path (checked by the run plan), converting a native `.pth` on the main
+    process first."""
     name = model_args.model_name_or_path
-    check_model_source(name, script_args.tokenizer_name_or_path)
     tokenizer = script_args.tokenizer_name_or_path
     if not is_native_checkpoint(name):
         return PolicySource(path=name, tokenizer_path=tokenizer or name, base_model=name)

@@ -1,13 +1,13 @@
 """`minimind-trl demo`: teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes, offline.
 
-    minimind-trl demo [--steps 500] [--seed 42] [--output-dir minimind-trl-demo]
+    minimind-trl demo [--steps 500] [--seed 42] [--output_dir minimind-trl-demo]
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
 1. a MiniMind-style tokenizer (byte-level BPE, MiniMind's specials and chat template, the reasoning tags as single
    non-special tokens) learned from the bundled prompts, and a fresh 2-layer MiniMind;
 2. a brief SFT warm start with TRL's `SFTTrainer` on bundled format examples (`recipes/demo/warm_start.yaml`
-   says how brief and why; `--warm-start-steps 0` skips it);
+   says how brief and why; `--warm_start_steps 0` skips it);
 3. GRPO with `recipes/demo/grpo.yaml` through `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`):
    `MiniMindGRPOTrainer`, the seed's rule rewards on the decoded completions, the seed's advantages and KL;
 4. `metrics.jsonl`, `reward_curve.png`, the model as a `save_pretrained` folder and a native `.pth`, and a
@@ -25,7 +25,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+from ..errors import DemoError
+from .flags import FlagParser
+
+DATA_DIR = Path(__file__).resolve().parent / "demo_data"
 PROMPTS_FILE = DATA_DIR / "demo_prompts.jsonl"
 FORMAT_EXAMPLES_FILE = DATA_DIR / "demo_format_examples.jsonl"
 GRPO_RECIPE = "demo/grpo.yaml"
@@ -86,20 +89,16 @@ class WarmStart:
         return f" (its cap: the last probe found {share} with the exact layout, short of the target {target})"
 
 
-class DemoError(ValueError):
-    """A demo invocation that cannot run (the message says why)."""
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = FlagParser(
         prog="minimind-trl demo",
         description="Teach a tiny MiniMind the <think>/<answer> format with GRPO on CPU (offline, a few minutes).",
     )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
-    parser.add_argument("--output-dir", default="minimind-trl-demo", help="where outputs go (default: %(default)s)")
+    parser.add_argument("--output_dir", default="minimind-trl-demo", help="where outputs go (default: %(default)s)")
     parser.add_argument(
-        "--warm-start-steps",
+        "--warm_start_steps",
         type=int,
         default=None,
         help="SFT steps on the bundled format examples before GRPO (default: until 8%% of sampled completions "
@@ -115,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("steps", "warm_start_steps", "threads"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warm_start_steps" else 1):
-            parser.error(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'warm_start_steps' else '>= 1'}")
+            parser.error(f"--{name} must be {'>= 0' if name == 'warm_start_steps' else '>= 1'}")
     return args
 
 
@@ -123,7 +122,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def read_conversations(path: Path) -> list[list[dict]]:
-    from .data import RLAIFDataError
+    from ..errors import RLAIFDataError
 
     rows = []
     with path.open(encoding="utf-8") as handle:
@@ -137,7 +136,7 @@ def read_conversations(path: Path) -> list[list[dict]]:
 
 def build_tokenizer():
     """MiniMind-style tokenizer whose merges fit the bundled texts (so a prompt is ~10-20 tokens)."""
-    from .tokenization import build_minimind_tokenizer
+    from ..models.minimind.tokenization_minimind import build_minimind_tokenizer
 
     corpus = [
         turn["content"]
@@ -149,7 +148,7 @@ def build_tokenizer():
 
 
 def build_model(vocab_size: int, spec: DemoModel = DemoModel()):
-    from . import MiniMindConfig, MiniMindForCausalLM
+    from ..models.minimind import MiniMindConfig, MiniMindForCausalLM
 
     config = MiniMindConfig(
         hidden_size=spec.hidden_size,
@@ -169,7 +168,7 @@ def layout_share(model, tokenizer, training_args, prompts) -> float:
     """Share of `prompts` whose completion, sampled as GRPO samples, has the seed's exact layout (format reward)."""
     import torch
 
-    from .rewards import format_reward
+    from ..rewards.rule_rewards import format_reward
 
     with torch.random.fork_rng():  # probing must not move the training's random stream
         texts = generate_completions(model, tokenizer, training_args, prompts, seed=0)
@@ -188,7 +187,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
 
-    from .grpo import resolve_recipe
+    from .recipe import resolve_recipe
 
     argv = ["--config", resolve_recipe(WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
     if steps is not None:
@@ -235,7 +234,7 @@ def save_folder(model, tokenizer, folder: Path) -> Path:
 def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, seed: int = 0):
     """One completion per prompt, sampled as GRPO samples them, decoded as TRL decodes them, scored with the
     seed's rule rewards: `[(prompt, completion, reward)]`."""
-    from .rewards import format_reward, tag_count_reward
+    from ..rewards.rule_rewards import format_reward, tag_count_reward
 
     texts = generate_completions(model, tokenizer, training_args, prompts, seed)
     rewards = [f + t for f, t in zip(format_reward(prompts, texts), tag_count_reward(prompts, texts))]
@@ -273,7 +272,7 @@ def prepare_output_dir(output_dir: Path) -> None:
     if output_dir.exists() and any(output_dir.iterdir()):
         if not (output_dir / RUN_MARKER).is_file():
             raise DemoError(
-                f"--output-dir {output_dir} exists and is not an earlier demo run; pick another --output-dir"
+                f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir"
             )
         shutil.rmtree(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -282,12 +281,12 @@ def prepare_output_dir(output_dir: Path) -> None:
 
 def save_interrupted(trainer, output_dir: Path) -> Path:
     """The policy as it is now, as a `save_pretrained` folder with its native `.pth`, in `interrupted-step-N`."""
-    from .grpo import export_native_weights
+    from ..trainer.checkpointing import write_native_weights
 
     step = trainer.state.global_step
     model = trainer.accelerator.unwrap_model(trainer.model)
     folder = save_folder(model, trainer.processing_class, output_dir / f"interrupted-step-{step}")
-    export_native_weights(str(folder))
+    write_native_weights(str(folder))
     return folder
 
 
@@ -311,8 +310,10 @@ def run_demo(args: argparse.Namespace) -> int:
     from transformers import PrinterCallback, ProgressCallback, set_seed
 
     from .demo_progress import DemoProgress, plot_reward_curve, summary_lines
-    from .grpo import build_trainer, parse_recipe, run
-    from .modeling_minimind import MiniMindForCausalLM
+    from ..models.minimind import MiniMindForCausalLM
+    from .build import build_trainer
+    from .grpo import run
+    from .recipe import parse_recipe
 
     started = time.time()
     output_dir = Path(args.output_dir).absolute()
@@ -351,7 +352,7 @@ def run_demo(args: argparse.Namespace) -> int:
             f"learn when to stop ({time.time() - started:.0f}s so far)."
         )
     else:
-        print("Warm start: none (--warm-start-steps 0); GRPO starts from random weights.")
+        print("Warm start: none (--warm_start_steps 0); GRPO starts from random weights.")
     policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
     del model
     before = sample_completions(MiniMindForCausalLM.from_pretrained(policy_dir), tokenizer, training_args, seed=args.seed)
@@ -398,18 +399,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .grpo import _setup_errors
-
+    """`minimind-trl demo`; user errors raise `MiniMindTRLError` (the `minimind-trl` command reports them)."""
     args = parse_args(argv)
     try:
         return run_demo(args)
-    except (DemoError, *_setup_errors()) as exc:
-        print(f"minimind-trl demo: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:  # outside GRPO training (setup, warm start, summary): nothing half-trained to keep
         print(f"minimind-trl demo: interrupted; whatever was complete is in {args.output_dir}", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

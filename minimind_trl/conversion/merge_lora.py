@@ -6,14 +6,12 @@ a full MiniMind folder (safetensors, config with `auto_map` and the modeling cod
 is written atomically (a temporary folder renamed into place).
 """
 
-import argparse
 import json
 import os
-import sys
 
-
-class MergeError(ValueError):
-    """An adapter, base model or output folder that cannot be merged; the message names it."""
+from ..cli.flags import FlagParser
+from ..errors import MergeError
+from ..loading_utils import DTYPES, write_folder_atomically
 
 
 def read_adapter_config(adapter_dir: str) -> dict:
@@ -32,13 +30,10 @@ def merge_lora(
     adapter_dir: str, output_dir: str, base_model: str | None = None, dtype: str = "float32", force: bool = False
 ):
     """Load base + adapter, merge the LoRA weights into the base layers and save the full model."""
-    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import minimind_trl  # noqa: F401  (registers MiniMind with the Auto classes)
-
-    from .convert import write_folder_atomically
 
     config = read_adapter_config(adapter_dir)
     base = base_model or config.get("base_model_name_or_path")
@@ -48,10 +43,10 @@ def merge_lora(
         raise MergeError(
             f"base model {base} (from {'--base_model' if base_model else 'adapter_config.json'}) does not exist"
         )
-    if dtype not in ("float32", "bfloat16", "float16"):
+    if dtype not in DTYPES:
         raise MergeError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
 
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype])
     merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     merged.config._name_or_path = output_dir
     tokenizer = AutoTokenizer.from_pretrained(adapter_dir if _has_tokenizer(adapter_dir) else base)
@@ -60,12 +55,12 @@ def merge_lora(
         merged.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    write_folder_atomically(output_dir, write, force=force)
+    write_folder_atomically(output_dir, write, force=force, error=MergeError)
     return merged
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minimind-trl merge-lora", description=__doc__.split("\n\n")[0])
+def build_parser() -> FlagParser:
+    parser = FlagParser(prog="minimind-trl merge-lora", description=__doc__.split("\n\n")[0])
     parser.add_argument("adapter_dir", help="folder with adapter_config.json (the output_dir of a --use_peft run)")
     parser.add_argument("output_dir", help="where to write the merged model (must not exist unless --force)")
     parser.add_argument(
@@ -77,19 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .convert import ConversionError
-
+    """`minimind-trl merge-lora`; user errors raise `MergeError` (the `minimind-trl` command reports them)."""
     args = build_parser().parse_args(argv)
-    try:
-        merge_lora(args.adapter_dir, args.output_dir, base_model=args.base_model, dtype=args.dtype, force=args.force)
-    except (MergeError, ConversionError) as exc:
-        print(f"minimind-trl merge-lora: error: {exc}", file=sys.stderr)
-        return 2
+    merge_lora(args.adapter_dir, args.output_dir, base_model=args.base_model, dtype=args.dtype, force=args.force)
     print(f"merged {args.adapter_dir} into {args.output_dir}")
     return 0
 
 
 __all__ = ["MergeError", "main", "merge_lora"]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,49 +1,38 @@
-"""Native MiniMind checkpoints (`.pth` state dicts) -> Hugging Face folders.
+"""What a native MiniMind checkpoint's tensors say about its architecture, and the settings they cannot show.
 
-Upstream MiniMind saves bare state dicts (`torch.save({k: v.half() ...})`): no config, no head count.
-This module reads one safely (`weights_only=True`), infers the architecture from tensor names and
-shapes, fills what the tensors cannot tell (head count for MiniMind2, RoPE, eps, routing) from
-upstream's defaults or the user's `--set KEY=VALUE` (upstream `MiniMindConfig` keyword names of either
-generation), loads strictly and writes a `save_pretrained` folder.
+Upstream MiniMind saves bare state dicts: no config, no head count. `infer_config` reads the architecture from
+tensor names and shapes and fills what the tensors cannot tell (MiniMind2's head count, RoPE, eps, routing)
+from upstream's defaults of the detected generation or the user's settings (upstream `MiniMindConfig` keyword
+names of either generation: `convert --set`, the recipe's `native_config`, or the sidecar
+`<stem>.config.json` that `minimind-trl export --format native` writes next to the `.pth`).
 
-What the tensors decide (and `--set` may only confirm):
+What the tensors decide (and settings may only confirm):
   * generation: MiniMind-3 has `self_attn.q_norm`/`k_norm`; MiniMind2 has neither;
   * hidden size, layers, vocabulary, MLP and expert widths, MoE, routed and shared expert counts;
   * MiniMind-3: `head_dim` (from `q_norm`), hence query and key/value head counts;
   * MiniMind2: key/value heads once the query head count is known.
 
-What they cannot: MiniMind2's query head count (`head_dim = hidden_size // heads` is not stored; a
-wrong count that still fits the shapes, e.g. 4 instead of 8 at width 512, loads and gives different
-logits), top-k, RoPE base and YaRN, norm eps, aux-loss settings. Those come from upstream's defaults of
-the detected generation unless given, or from the sidecar `<stem>.config.json` that
-`minimind-trl export --format native` writes next to the `.pth` (the CLI reads it when present).
+What they cannot: MiniMind2's query head count (`head_dim = hidden_size // heads` is not stored; a wrong count
+that still fits the shapes, e.g. 4 instead of 8 at width 512, loads and gives different logits), top-k, RoPE
+base and YaRN, norm eps, aux-loss settings.
 
-Checks run names first (a foreign model is reported as not MiniMind, naming the keys), then the
-embedding tie, then shapes and option values; the model is built before anything is written.
+Checks run names first (a foreign model is reported as not MiniMind, naming the keys), then the embedding tie,
+then shapes and option values.
 """
 
-import argparse
 import ast
 import json
 import math
-import os
 import re
-import shutil
-import sys
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from transformers.initialization import no_init_weights
 
-from .configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
-from .modeling_minimind import MiniMindForCausalLM
-
-
-class ConversionError(ValueError):
-    """A checkpoint, option or output path that cannot be converted; the message says which and why."""
-
+from ..errors import ConversionError
+from ..loading_utils import preview, state_dict_problems
+from ..models.minimind.configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
+from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 
 # Keyword names of upstream `MiniMindConfig` (either generation) accepted by `--set` / `--config`.
 UPSTREAM_CONFIG_KEYS = frozenset(
@@ -121,49 +110,14 @@ def check_option_value(key: str, value):
         return float(value)
     return value
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
 _LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.")
 _SHARED_KEY = re.compile(r"^model\.layers\.0\.mlp\.shared_experts\.(\d+)\.")
 _EXPERT_KEY = re.compile(r"^model\.layers\.0\.mlp\.experts\.(\d+)\.")
 EMBED_KEY, LM_HEAD_KEY = "model.embed_tokens.weight", "lm_head.weight"
 
 
-# --------------------------------------------------------------------------- reading
 
-
-def load_native_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read a native checkpoint safely: a `.pth`/`.pt`/`.bin` state dict (`weights_only=True`) or `.safetensors`.
-
-    Upstream's `*_resume.pth` training states are accepted too: their weights sit under `"model"`.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"{path}: no such checkpoint file")
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            obj = load_file(str(path), device="cpu")
-        else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # re-raised with the file name: truncated, not a checkpoint, unsafe pickle
-        raise ConversionError(
-            f"{path}: cannot be read as a PyTorch state dict (truncated or not a checkpoint?): "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    if isinstance(obj, Mapping) and "model" in obj and "optimizer" in obj and isinstance(obj["model"], Mapping):
-        print(f"{path}: upstream training-resume file; converting its 'model' weights", file=sys.stderr)
-        obj = obj["model"]
-    if not isinstance(obj, Mapping) or not obj:
-        raise ConversionError(f"{path}: expected a non-empty dict of tensors, got {type(obj).__name__}")
-    not_tensors = [key for key, value in obj.items() if not isinstance(value, torch.Tensor)]
-    if not_tensors:
-        raise ConversionError(f"{path}: entries that are not tensors: {_preview(not_tensors)}")
-    return dict(obj)
-
-
-# --------------------------------------------------------------------------- config inference
+# --------------------------------------------------------------------------- settings
 
 
 def parse_set_options(items: list[str]) -> dict:
@@ -223,7 +177,7 @@ def infer_config(
         check_option_value("num_attention_heads", num_attention_heads)
         if overrides.setdefault("num_attention_heads", num_attention_heads) != num_attention_heads:
             raise ConversionError(
-                f"--num-attention-heads {num_attention_heads} and num_attention_heads="
+                f"--num_attention_heads {num_attention_heads} and num_attention_heads="
                 f"{overrides['num_attention_heads']!r} disagree"
             )
 
@@ -250,7 +204,7 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
     """Everything the tensors decide, as `MiniMindConfig` kwargs."""
     if EMBED_KEY not in state_dict:
         raise ConversionError(
-            f"{source}: not a MiniMind state dict (no {EMBED_KEY}); its keys look like {_preview(state_dict)}. "
+            f"{source}: not a MiniMind state dict (no {EMBED_KEY}); its keys look like {preview(state_dict)}. "
             f"Expected the MiniMind2 / MiniMind-3 layout (2024 MiniMind-v1 names such as tok_embeddings are not supported)"
         )
     embed = _shape(state_dict, EMBED_KEY, source)
@@ -259,7 +213,7 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
     vocab_size, hidden_size = embed
     layer_ids = {int(m.group(1)) for key in state_dict if (m := _LAYER_KEY.match(key))}
     if not layer_ids:
-        raise ConversionError(f"{source}: no model.layers.N.* tensors; its keys look like {_preview(state_dict)}")
+        raise ConversionError(f"{source}: no model.layers.N.* tensors; its keys look like {preview(state_dict)}")
     num_layers = max(layer_ids) + 1
 
     prefix = "model.layers.0."
@@ -294,12 +248,12 @@ def _infer_from_shapes(state_dict: Mapping[str, torch.Tensor], overrides: Mappin
             raise ConversionError(
                 f"{source}: num_attention_heads={num_heads} does not fit this MiniMind2 checkpoint: heads of "
                 f"hidden_size//{num_heads}={head_dim} would make q_proj {num_heads * head_dim} rows, it has {q_out}. "
-                f"Pass the head count the model was trained with (--num-attention-heads N)."
+                f"Pass the head count the model was trained with (--num_attention_heads N)."
             )
         if k_out % head_dim:
             raise ConversionError(
                 f"{source}: num_attention_heads={num_heads} gives head_dim={head_dim}, but k_proj has {k_out} rows, "
-                f"not whole heads; pass the head count the model was trained with (--num-attention-heads N)"
+                f"not whole heads; pass the head count the model was trained with (--num_attention_heads N)"
             )
     if head_dim % 2:
         raise ConversionError(f"{source}: head_dim={head_dim} is odd; RoPE needs an even head_dim")
@@ -360,7 +314,7 @@ def _check_key_names(state_dict: Mapping[str, torch.Tensor], generation: str, nu
     )  # fmt: skip
     with torch.device("meta"):
         expected = MiniMindForCausalLM(names_only).state_dict().keys()
-    problems = _key_problems(expected, state_dict)
+    problems = state_dict_problems(expected, state_dict)
     if problems:
         raise ConversionError(
             f"{source} is not a MiniMind checkpoint (or a damaged one): its key names do not match {label}: "
@@ -392,161 +346,6 @@ def _tied_tensors_differ(state_dict: Mapping[str, torch.Tensor]) -> bool:
     return not torch.equal(embed.to(torch.float32), head.to(torch.float32))
 
 
-# --------------------------------------------------------------------------- strict loading
-
-
-def _key_problems(expected, state_dict: Mapping[str, torch.Tensor]) -> list[str]:
-    """Missing and unexpected keys against `expected` (key names, or a mapping of names to shapes, whose
-    mis-shaped keys are reported too), as message parts; empty when everything fits."""
-    missing = [key for key in expected if key not in state_dict]
-    unexpected = [key for key in state_dict if key not in expected]
-    shapes = expected if isinstance(expected, Mapping) else {}
-    misshaped = [
-        f"{key} {list(state_dict[key].shape)} (expected {list(shape)})"
-        for key, shape in shapes.items()
-        if key in state_dict and tuple(state_dict[key].shape) != shape
-    ]
-    named = (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
-    return [f"{kind} keys ({len(keys)}): {_preview(keys)}" for kind, keys in named if keys]
-
-
-def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str = "checkpoint"):
-    """Raise naming every missing, unexpected and mis-shaped key (before anything is loaded)."""
-    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
-    problems = _key_problems(expected, state_dict)
-    if problems:
-        raise ConversionError(f"{source} does not match the inferred MiniMind architecture: " + "; ".join(problems))
-    floating = [key for key, value in state_dict.items() if not value.is_floating_point()]
-    if floating:
-        raise ConversionError(f"{source}: non-floating-point tensors: {_preview(floating)}")
-
-
-def model_from_state_dict(
-    state_dict: Mapping[str, torch.Tensor], config: MiniMindConfig, source: str = "checkpoint"
-) -> MiniMindForCausalLM:
-    """A float32 `MiniMindForCausalLM` holding exactly `state_dict` (strict: nothing half-loads)."""
-    try:  # a config that passed its own checks can still name e.g. an unknown activation
-        with torch.device("meta"):
-            skeleton = MiniMindForCausalLM(config)
-    except (KeyError, TypeError, ValueError) as exc:
-        message = f"{source}: cannot build a MiniMind from this configuration: {type(exc).__name__}: {exc}"
-        raise ConversionError(message) from exc
-    check_state_dict(skeleton, state_dict, source)
-    with no_init_weights():  # every parameter is overwritten below; random init would cost seconds
-        model = MiniMindForCausalLM(config)
-    model.tie_weights()  # post_init ties only when it initialises
-    model.load_state_dict(state_dict, strict=True)  # copies into the fp32 parameters (fp16 -> fp32 is exact)
-    if config.tie_word_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
-        raise ConversionError("internal error: lm_head is not tied to the embeddings after loading")
-    return model.eval()
-
-
-def load_native_checkpoint(
-    path: str | Path,
-    num_attention_heads: int | None = None,
-    overrides: Mapping | None = None,
-    dtype: str | torch.dtype = "float32",
-) -> MiniMindForCausalLM:
-    """Read, infer and strictly load a native checkpoint; `dtype="auto"` keeps the checkpoint's dtype."""
-    state_dict = load_native_state_dict(path)
-    config = infer_config(state_dict, num_attention_heads, overrides, source=str(path))
-    model = model_from_state_dict(state_dict, config, source=str(path))
-    target = state_dict[EMBED_KEY].dtype if dtype == "auto" else _dtype(dtype)
-    return model.to(target)
-
-
-def _dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise ConversionError(f"dtype must be one of {', '.join(DTYPES)} or auto, got {dtype!r}")
-    return DTYPES[dtype]
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def write_folder_atomically(output_dir: str | Path, write: Callable[[Path], None], force: bool = False) -> Path:
-    """Run `write(tmp_dir)` in a temporary folder next to `output_dir`, then rename it into place.
-
-    A failure leaves nothing behind (no half-written output, no new parent folders); an existing non-empty
-    `output_dir` is only replaced with `force=True`, and only once the new folder is complete.
-    """
-    output_dir = Path(output_dir).absolute()
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ConversionError(f"{output_dir} exists and is not a folder")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
-        raise ConversionError(f"{output_dir} exists and is not empty (use --force to replace it)")
-    created = [parent for parent in reversed(output_dir.parents) if not parent.exists()]
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    try:
-        write(tmp_dir)
-        _share_like_new_files(tmp_dir)
-        if output_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
-            old.rmdir()
-            output_dir.rename(old)
-            tmp_dir.rename(output_dir)
-            shutil.rmtree(old)
-        else:
-            tmp_dir.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        for parent in reversed(created):
-            if parent.is_dir() and not any(parent.iterdir()):
-                parent.rmdir()
-        raise
-    return output_dir
-
-
-def _share_like_new_files(folder: Path) -> None:
-    """Give the finished folder the permissions of a plainly created one (temp dirs and files are private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for path in folder.rglob("*"):
-        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
-
-
-def convert_checkpoint(
-    checkpoint: str | Path,
-    output_dir: str | Path,
-    num_attention_heads: int | None = None,
-    overrides: Mapping | None = None,
-    tokenizer: str | Path | None = None,
-    dtype: str = "float32",
-    force: bool = False,
-) -> MiniMindForCausalLM:
-    """Native checkpoint -> `save_pretrained` folder (safetensors, config with `auto_map`, modeling code).
-
-    Everything is read, built and checked before anything is written. Returns the loaded model.
-    """
-    model = load_native_checkpoint(checkpoint, num_attention_heads, overrides, dtype=dtype)
-    try:  # the summary the CLI prints reads every field; a config it cannot print must not be written
-        describe(model.config)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConversionError(f"{checkpoint}: invalid configuration: {type(exc).__name__}: {exc}") from exc
-    tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
-
-    def write(folder: Path) -> None:
-        model.save_pretrained(folder)
-        if tok is not None:
-            tok.save_pretrained(folder)
-
-    write_folder_atomically(output_dir, write, force=force)
-    return model
-
-
-def _load_tokenizer(tokenizer_dir: str | Path):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    except (OSError, ValueError) as exc:
-        raise ConversionError(f"{tokenizer_dir}: cannot load a tokenizer: {exc}") from exc
-
-
 def describe(config: MiniMindConfig) -> str:
     """One line a user can check against what they trained."""
     generation = "MiniMind2" if config.minimind_generation == MINIMIND2 else "MiniMind-3"
@@ -570,48 +369,6 @@ def describe(config: MiniMindConfig) -> str:
     return ", ".join(parts)
 
 
-def _preview(keys, limit: int = 6) -> str:
-    keys = list(keys)
-    shown = ", ".join(str(key) for key in keys[:limit])
-    return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="minimind-trl convert",
-        description="Convert a native MiniMind checkpoint (upstream .pth state dict, fp16 or fp32) into a Hugging "
-        "Face folder that AutoModelForCausalLM loads. The architecture is read from the tensors; MiniMind2's query "
-        "head count is not stored in them (upstream default 8).",
-    )
-    parser.add_argument("checkpoint", help="native state dict: .pth (upstream trainers), .bin or .safetensors")
-    parser.add_argument("output_dir", help="folder to write (created; must not exist or be empty unless --force)")
-    parser.add_argument(
-        "--num-attention-heads", type=int, default=None,
-        help="query heads the model was trained with; MiniMind2 cannot be checked beyond the tensor shapes "
-        "(default: 8, upstream's); MiniMind-3 reads it from the shapes",
-    )  # fmt: skip
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder to save alongside (e.g. upstream model/)")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="an upstream MiniMindConfig keyword of either generation, e.g. inference_rope_scaling=true, "
-        "rope_theta=1e4, num_experts_per_tok=2, aux_loss_alpha=0.02 (values are JSON/Python literals; repeatable)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--config", default=None, metavar="JSON",
-        help="a JSON file of the same keywords (default: the sidecar CHECKPOINT_STEM.config.json that "
-        "`minimind-trl export --format native` writes, if present); --set wins",
-    )  # fmt: skip
-    parser.add_argument(
-        "--dtype", default="float32", choices=[*DTYPES, "auto"],
-        help="weights dtype of the folder (default float32: fp16 -> fp32 is lossless; auto keeps the checkpoint's)",
-    )  # fmt: skip
-    parser.add_argument("--force", action="store_true", help="replace a non-empty OUTPUT_DIR")
-    return parser
-
-
 def native_sidecar_path(checkpoint: str | Path) -> Path:
     """`m.pth` -> `m.config.json`: the upstream config kwargs `minimind-trl export --format native` writes beside it."""
     checkpoint = Path(checkpoint)
@@ -628,36 +385,16 @@ def read_config_file(path: str | Path) -> dict:
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config_file = args.config
-    if config_file is None and native_sidecar_path(args.checkpoint).is_file():
-        config_file = native_sidecar_path(args.checkpoint)
-        print(f"reading settings from {config_file} (written by `minimind-trl export --format native`; --set wins)")
-    try:
-        overrides = read_config_file(config_file) if config_file else {}
-        overrides.update(parse_set_options(args.overrides))
-        model = convert_checkpoint(
-            args.checkpoint,
-            args.output_dir,
-            num_attention_heads=args.num_attention_heads,
-            overrides=overrides,
-            tokenizer=args.tokenizer,
-            dtype=args.dtype,
-            force=args.force,
-        )
-    except ConversionError as exc:
-        print(f"minimind-trl convert: error: {exc}", file=sys.stderr)
-        return 1
-    config = model.config
-    print(f"{args.checkpoint}: {describe(config)}")
-    if config.minimind_generation == MINIMIND2 and args.num_attention_heads is None and "num_attention_heads" not in overrides:
-        print(f"note: MiniMind2 checkpoints do not record the head count; ASSUMED upstream's default "
-              f"{config.num_attention_heads} (it fits the shapes, but so may others: pass --num-attention-heads N "
-              f"if the model was trained with another, or the logits will be wrong)")  # fmt: skip
-    print(f"wrote {Path(args.output_dir)} ({str(model.dtype).removeprefix('torch.')}, safetensors)")
-    return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = [
+    "ALLOWED_CONFIG_KEYS",
+    "EMBED_KEY",
+    "LM_HEAD_KEY",
+    "UPSTREAM_CONFIG_KEYS",
+    "check_option_value",
+    "describe",
+    "infer_config",
+    "native_sidecar_path",
+    "parse_set_options",
+    "read_config_file",
+]

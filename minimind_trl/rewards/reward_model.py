@@ -1,43 +1,20 @@
-"""MiniMind's GRPO rewards as TRL reward functions.
+"""Upstream MiniMind's reward-model term as a TRL reward function.
 
-The seed's `calculate_rewards` is one function that adds three terms. TRL wants one callable per term
-(`reward_funcs=[...]`, each `(prompts, completions, **kwargs) -> list[float]`, summed with weight 1), so
-each term is logged on its own as `rewards/<__name__>/mean`:
-
-* `format_reward`    +0.5 when the whole completion is `<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`
-                     (or with a blank line between the two blocks), by Python `re.match` with `re.S`, so `$`
-                     also accepts one trailing newline;
-* `tag_count_reward` +0.25 for each of the four tags that occurs exactly once (order is not checked);
-* `RewardModelReward` the reward model's score of (prompt turns + completion), clipped to [-3, 3]; in
-                     reasoning mode blended `0.4 * full + 0.6 * answer` when an `<answer>...</answer>` exists.
-
-The seed applies the two rule rewards in reasoning mode only and the reward-model term in both modes;
-`minimind_reward_funcs` builds that list. All terms read the completion text that TRL decoded with
-`skip_special_tokens=True`, as the seed did, so reasoning tags must not be special tokens.
-
-A reward model is reached through a *scorer*: anything with `score(conversations) -> list[float]`
-(see `minimind_trl.scorers`). `RewardModelReward` calls it once per batch with every conversation it
-needs (full completions and answer-only ones together), never once per completion.
+For each completion the conversation is rebuilt as upstream does it (the turns of the rendered prompt + the
+completion), scored by a reward model through a *scorer* (anything with `score(conversations) -> list[float]`,
+see `scorers`), clipped to [-3, 3] and, in reasoning mode, blended `0.4 * full + 0.6 * answer` when the
+completion has an `<answer>...</answer>`. The scorer is called once per batch with every conversation it needs
+(full completions and answer-only ones together), never once per completion.
 """
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-Message = dict[str, str]
-Conversation = list[Message]
+from .rule_rewards import Conversation, completion_text, format_reward, tag_count_reward
 
-# The seed's regular expressions, verbatim.
-FORMAT_PATTERNS = (
-    re.compile(r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$", re.S),
-    re.compile(r"^<think>\n.*?\n</think>\n\n<answer>\n.*?\n</answer>$", re.S),
-)
-REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 TURN_PATTERN = re.compile(r"<\|im_start\|>(system|user|assistant)\s+(.*?)<\|im_end\|>", re.DOTALL)
 ANSWER_PATTERN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-FORMAT_REWARD = 0.5
-TAG_REWARD = 0.25
 
 
 @runtime_checkable
@@ -45,55 +22,6 @@ class Scorer(Protocol):
     """Scores whole conversations with a reward model: one float per conversation, in order."""
 
     def score(self, conversations: list[Conversation]) -> list[float]: ...
-
-
-def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
-    """The text of one TRL completion: a plain string, or the content of a conversational completion.
-
-    TRL passes `[{"role": "assistant", "content": text}]` for conversational datasets. With tools (multi-turn)
-    the completion is `[assistant with tool_calls, tool, ..., assistant]`; the text scored is that of the last
-    assistant message (a message without a role counts as one), the final answer the seed's rules and reward
-    model judge: joining the turns would put tool calls and results inside the think/answer layout. `None`
-    content (a message holding only tool calls) is `""`, as the seed always had decoded text; content given
-    as text blocks is joined.
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and all(isinstance(message, Mapping) for message in completion):
-        replies = [message for message in completion if message.get("role", "assistant") == "assistant"]
-        if replies:
-            content = replies[-1].get("content")
-            if content is None:
-                return ""
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list) and all(
-                isinstance(part, Mapping) and part.get("type") == "text" for part in content
-            ):
-                return "".join(part["text"] for part in content)
-    raise TypeError(
-        "a completion must be a string or a list of messages with an assistant message of string (or None) "
-        f"content, got {completion!r}"
-    )
-
-
-def format_reward(prompts: list, completions: list, **kwargs) -> list[float]:
-    """+0.5 when the completion is exactly a think block followed by an answer block (the seed's two patterns)."""
-    rewards = []
-    for completion in completions:
-        text = completion_text(completion)
-        matched = any(pattern.match(text) for pattern in FORMAT_PATTERNS)
-        rewards.append(FORMAT_REWARD if matched else 0.0)
-    return rewards
-
-
-def tag_count_reward(prompts: list, completions: list, **kwargs) -> list[float]:
-    """+0.25 for each of `<think>`, `</think>`, `<answer>`, `</answer>` that occurs exactly once."""
-    rewards = []
-    for completion in completions:
-        text = completion_text(completion)
-        rewards.append(sum((TAG_REWARD for tag in REASONING_TAGS if text.count(tag) == 1), 0.0))
-    return rewards
 
 
 def parse_prompt_turns(rendered_prompt: str) -> Conversation:
@@ -226,15 +154,10 @@ def minimind_reward_funcs(
 
 __all__ = [
     "ANSWER_PATTERN",
-    "FORMAT_PATTERNS",
-    "REASONING_TAGS",
     "TURN_PATTERN",
     "RewardModelReward",
     "Scorer",
     "clip_score",
-    "completion_text",
-    "format_reward",
     "minimind_reward_funcs",
     "parse_prompt_turns",
-    "tag_count_reward",
 ]

@@ -1,6 +1,6 @@
 """Script arguments of `minimind-trl grpo`: what to train on and with which rewards.
 
-The training hyper-parameters live in `MiniMindGRPOConfig` (TRL's `GRPOConfig` with the seed's defaults)
+The training hyper-parameters live in `MiniMindGRPOConfig` (TRL's `GRPOConfig` with upstream's defaults)
 and the policy/LoRA options in TRL's `ModelConfig`; this dataclass holds the rest of a recipe: the data,
 the reward functions and the hand-off options. Recipes set these fields by name in their YAML.
 """
@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 
 from trl import ScriptArguments
 
-BUILTIN_REWARDS = ("format", "tag_count", "reward_model")
-REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
+from ..rewards.registry import REWARD_MODEL_TYPES, REWARDS
 
 
 @dataclass
@@ -51,10 +50,6 @@ class GRPOScriptArguments(ScriptArguments):
         native_num_attention_heads (`int`, *optional*):
             Query heads of a native `.pth` policy (not visible in its tensor shapes; MiniMind's default 8 when
             unset), as `minimind-trl convert --num_attention_heads`.
-        save_native_pth (`bool`, defaults to `False`):
-            Also write the final weights as a native MiniMind state dict
-            (`<output_dir>/grpo_<hidden_size>[_moe].pth`, fp16) for MiniMind's own scripts, like the seed's
-            `--save_weight grpo`.
         callbacks (`list[str]`, *optional*):
             Extra `transformers.TrainerCallback` classes as `package.module:ClassName`, built without arguments.
     """
@@ -62,7 +57,7 @@ class GRPOScriptArguments(ScriptArguments):
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": f"Reward functions: {', '.join(BUILTIN_REWARDS)} or an importable 'package.module:function'. "
+            "help": f"Reward functions: {', '.join(REWARDS)} or an importable 'package.module:function'. "
             "Weighted by `reward_weights`."
         },
     )
@@ -90,9 +85,6 @@ class GRPOScriptArguments(ScriptArguments):
     native_num_attention_heads: int | None = field(
         default=None, metadata={"help": "Query heads of a native .pth policy (MiniMind's default 8 when unset)."}
     )
-    save_native_pth: bool = field(
-        default=False, metadata={"help": "Also save the final weights as a native MiniMind .pth (fp16)."}
-    )
     callbacks: list[str] | None = field(
         default=None, metadata={"help": "Extra TrainerCallback classes as 'package.module:ClassName'."}
     )
@@ -106,4 +98,4 @@ class GRPOScriptArguments(ScriptArguments):
             raise ValueError(f"dataset_max_samples must be a positive number of rows, got {self.dataset_max_samples}")
 
 
-__all__ = ["BUILTIN_REWARDS", "REWARD_MODEL_TYPES", "GRPOScriptArguments"]
+__all__ = ["GRPOScriptArguments"]

@@ -18,159 +18,22 @@ touch logits:
 Qwen3-MoE's load-balancing loss averages over layers and masks padding, MiniMind-3's sums unmasked.
 """
 
-import argparse
 import json
-import os
-import sys
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .configuration_minimind import MINIMIND2, MINIMIND3, UPSTREAM_YARN, MiniMindConfig
-from .convert import DTYPES, ConversionError, native_sidecar_path, write_folder_atomically
-from .modeling_minimind import MiniMindForCausalLM, MiniMindRotaryEmbedding
+from ..cli.flags import FlagParser
+from ..errors import ConversionError, ExportError
+from ..loading_utils import DTYPES, loading_info_problems, write_folder_atomically
+from ..models.minimind.configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
+from ..models.minimind.modeling_minimind import MiniMindForCausalLM, MiniMindRotaryEmbedding
+from .export_native import export_native
+from .native_config import native_sidecar_path
 
 FORMATS = ("native", "llama", "qwen3", "qwen3_moe")
 VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
-
-
-class ExportError(ConversionError):
-    """The model cannot be written in the requested format; the message says why and what can."""
-
-
-# --------------------------------------------------------------------------- native
-
-
-def to_native_state_dict(
-    model: torch.nn.Module | Mapping[str, torch.Tensor],
-    config: MiniMindConfig | None = None,
-    dtype: torch.dtype | None = None,
-) -> dict[str, torch.Tensor]:
-    """Upstream MiniMind's state dict for `model` (or a gathered state dict plus its config), on CPU.
-
-    Checked against the architecture: every upstream key (both tied keys included), nothing else, so a
-    trainer can call it at save time and upstream's `load_state_dict(strict=True)` accepts the result.
-    `dtype=torch.float16` gives what upstream's trainers save.
-    """
-    if isinstance(model, Mapping):
-        if config is None:
-            raise ExportError("to_native_state_dict: a bare state dict needs its MiniMindConfig")
-        state_dict = dict(model)
-    else:
-        config = model.config if config is None else config
-        state_dict = model.state_dict()
-    if getattr(config, "model_type", None) != "minimind":
-        raise ExportError(f"not a MiniMind model (model_type={getattr(config, 'model_type', None)!r})")
-    with torch.device("meta"):
-        skeleton = MiniMindForCausalLM(config).state_dict()
-    if config.tie_word_embeddings and "lm_head.weight" not in state_dict and "model.embed_tokens.weight" in state_dict:
-        state_dict["lm_head.weight"] = state_dict["model.embed_tokens.weight"]  # a deduplicated (safetensors) dict
-    missing = [key for key in skeleton if key not in state_dict]
-    unexpected = [key for key in state_dict if key not in skeleton]
-    if missing or unexpected:
-        raise ExportError(
-            f"state dict does not match MiniMind's keys (a PEFT or wrapped model? merge adapters first): "
-            f"missing {missing[:6]}, unexpected {unexpected[:6]}"
-        )
-    return {key: state_dict[key].detach().to("cpu", dtype=dtype).contiguous() for key in skeleton}
-
-
-def upstream_config_kwargs(config: MiniMindConfig) -> dict:
-    """The upstream `MiniMindConfig(**kwargs)` of this model's generation (names of that generation).
-
-    Also what `minimind-trl convert --config` accepts, so a native export round-trips the whole config.
-    """
-    kwargs = {
-        "minimind_generation": config.minimind_generation,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_hidden_layers,
-        "num_attention_heads": config.num_attention_heads,
-        "num_key_value_heads": config.num_key_value_heads,
-        "vocab_size": config.vocab_size,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": config.hidden_act,
-        "max_position_embeddings": config.max_position_embeddings,
-        "rms_norm_eps": config.rms_norm_eps,
-        "rope_theta": config.rope_parameters["rope_theta"],
-        "inference_rope_scaling": config.rope_parameters["rope_type"] == "yarn",
-        "dropout": config.dropout,
-        "flash_attn": config.flash_attn,
-        "bos_token_id": config.bos_token_id,
-        "eos_token_id": config.eos_token_id,
-        "use_moe": config.use_moe,
-        "num_experts_per_tok": config.num_experts_per_tok,
-        "norm_topk_prob": config.norm_topk_prob,
-    }
-    rope = {k: v for k, v in config.rope_parameters.items() if k not in ("rope_theta", "rope_type")}
-    if kwargs["inference_rope_scaling"] and rope != {k: v for k, v in UPSTREAM_YARN.items() if k != "rope_type"}:
-        kwargs["rope_scaling"] = {"type": "yarn", **rope}  # non-default YaRN (minimind-trl extension)
-    if config.minimind_generation == MINIMIND2:
-        kwargs.update(
-            n_routed_experts=config.num_experts,
-            n_shared_experts=config.n_shared_experts,
-            scoring_func=config.scoring_func,
-            aux_loss_alpha=config.router_aux_loss_coef,
-            seq_aux=config.seq_aux,
-        )
-        if config.moe_intermediate_size != config.intermediate_size:
-            kwargs["moe_intermediate_size"] = config.moe_intermediate_size  # minimind-trl extension
-        if not config.tie_word_embeddings:
-            kwargs["tie_word_embeddings"] = False  # minimind-trl extension
-    else:
-        kwargs.update(
-            head_dim=config.head_dim,
-            tie_word_embeddings=config.tie_word_embeddings,
-            num_experts=config.num_experts,
-            moe_intermediate_size=config.moe_intermediate_size,
-            router_aux_loss_coef=config.router_aux_loss_coef,
-        )
-    return kwargs
-
-
-def export_native(
-    model: torch.nn.Module,
-    output_path: str | Path,
-    dtype: torch.dtype | None = None,
-    force: bool = False,
-    write_config: bool = True,
-) -> Path:
-    """Write `model` as upstream's `.pth` (+ `<stem>.config.json` with its upstream config kwargs), atomically."""
-    output_path = Path(output_path).absolute()
-    sidecar = native_sidecar_path(output_path)
-    targets = [output_path, sidecar] if write_config else [output_path]
-    for target in targets:
-        if target.exists() and (target.is_dir() or not force):
-            raise ExportError(f"{target} exists (use --force to replace a file)")
-    state_dict = to_native_state_dict(model, dtype=dtype)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    try:
-        tmp = _tmp_file(output_path)
-        written.append(tmp)
-        torch.save(state_dict, tmp)
-        if write_config:
-            tmp_config = _tmp_file(sidecar)
-            written.append(tmp_config)
-            tmp_config.write_text(json.dumps(upstream_config_kwargs(model.config), indent=2) + "\n")
-            os.replace(tmp_config, sidecar)
-        os.replace(tmp, output_path)
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
-    return output_path
-
-
-def _tmp_file(target: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)  # mkstemp files are private; the result should not be
-    return Path(name)
 
 
 # --------------------------------------------------------------------------- transformers architectures
@@ -356,13 +219,13 @@ def export_hf(
         if verify:
             verify_export(model, folder, fmt, dtype)
 
-    return write_folder_atomically(output_dir, write, force=force)
+    return write_folder_atomically(output_dir, write, force=force, error=ConversionError)
 
 
 def verify_export(model: MiniMindForCausalLM, folder: str | Path, fmt: str, dtype: torch.dtype | None = None) -> float:
     """Load `folder` with transformers' class for `fmt` (strict) and compare fp32 logits; return the max difference."""
     exported, info = _target_class(fmt).from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
-    problems = {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
+    problems = loading_info_problems(info)
     if problems:
         raise ExportError(f"{folder}: transformers' {type(exported).__name__} does not load it strictly: {problems}")
     reference = model
@@ -400,7 +263,7 @@ def load_minimind_folder(model_dir: str | Path) -> tuple[MiniMindForCausalLM, ob
     if config.model_type != "minimind":
         raise ExportError(f"{model_dir}: model_type is {config.model_type!r}, not 'minimind'")
     model, info = MiniMindForCausalLM.from_pretrained(str(model_dir), dtype="auto", output_loading_info=True)
-    problems = {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
+    problems = loading_info_problems(info)
     if problems:
         raise ExportError(f"{model_dir}: the weights do not match the config: {problems}")
     tokenizer = None
@@ -412,8 +275,8 @@ def load_minimind_folder(model_dir: str | Path) -> tuple[MiniMindForCausalLM, ob
 # --------------------------------------------------------------------------- CLI
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> FlagParser:
+    parser = FlagParser(
         prog="minimind-trl export",
         description="Export a MiniMind Hugging Face folder: native (upstream .pth), llama (MiniMind2 dense), "
         "qwen3 (MiniMind-3 dense) or qwen3_moe (MiniMind-3 MoE) for vLLM, SGLang, llama.cpp and Ollama.",
@@ -427,33 +290,26 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace an existing output")
     parser.add_argument(
-        "--no-verify", dest="verify", action="store_false",
+        "--no_verify", dest="verify", action="store_false",
         help="skip loading the export with transformers' class and comparing logits before it is moved into place",
     )  # fmt: skip
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`minimind-trl export`; user errors raise `ConversionError` (the `minimind-trl` command reports them)."""
     args = build_parser().parse_args(argv)
     dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
-    try:
-        model, tokenizer = load_minimind_folder(args.model_dir)
-        if args.fmt == "native":
-            export_native(model, args.output, dtype=dtype, force=args.force)
-            sidecar = native_sidecar_path(args.output)
-            print(f"wrote {args.output} (upstream MiniMind state dict) and {sidecar}")
-            print(f"back to Hugging Face: minimind-trl convert {args.output} DIR --config {sidecar}")
-            if tokenizer is not None:
-                print(f"note: the tokenizer stays in {args.model_dir}; upstream MiniMind reads it from its model/ folder")
-        else:
-            export_hf(model, args.output, args.fmt, dtype=dtype, tokenizer=tokenizer, force=args.force, verify=args.verify)
-            checked = " (checked: loads strictly, same logits)" if args.verify else ""
-            print(f"wrote {args.output} as {args.fmt}{checked}")
-    except ConversionError as exc:
-        print(f"minimind-trl export: error: {exc}", file=sys.stderr)
-        return 1
+    model, tokenizer = load_minimind_folder(args.model_dir)
+    if args.fmt == "native":
+        export_native(model, args.output, dtype=dtype, force=args.force)
+        sidecar = native_sidecar_path(args.output)
+        print(f"wrote {args.output} (upstream MiniMind state dict) and {sidecar}")
+        print(f"back to Hugging Face: minimind-trl convert {args.output} DIR --config {sidecar}")
+        if tokenizer is not None:
+            print(f"note: the tokenizer stays in {args.model_dir}; upstream MiniMind reads it from its model/ folder")
+    else:
+        export_hf(model, args.output, args.fmt, dtype=dtype, tokenizer=tokenizer, force=args.force, verify=args.verify)
+        checked = " (checked: loads strictly, same logits)" if args.verify else ""
+        print(f"wrote {args.output} as {args.fmt}{checked}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Stage 3 of `minimind-trl grpo`: the built parts. Data, policy source, tokenizer and rewards, then the trainer.
+
+Runs after the run plan (`run_plan.check_run`), so everything here may load: nothing is checked again.
+"""
+
+from ..data import load_rlaif_dataset
+from ..rewards.registry import build_reward_funcs
+from ..trainer.grpo_trainer import MiniMindGRPOTrainer
+from ..trainer.model_card import RunCard, upstream_settings
+from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
+from .recipe import Recipe
+from .run_plan import RunPlan, check_run
+
+
+def load_train_dataset(script_args, training_args):
+    """The RLAIF prompts of `dataset_name` (the main process reads first, the others hit the cache)."""
+    with training_args.main_process_first(desc="loading the RLAIF data"):
+        dataset = load_rlaif_dataset(
+            script_args.dataset_name, split=script_args.dataset_train_split, data_files=script_args.dataset_data_files
+        )
+    if script_args.dataset_max_samples is not None:
+        dataset = dataset.select(range(min(script_args.dataset_max_samples, len(dataset))))
+    return dataset
+
+
+def run_card(script_args, training_args, model_args, base_model: str, recipe: Recipe, lora: bool) -> RunCard:
+    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
+    return RunCard(
+        base_model=base_model,
+        recipe=recipe.path,
+        recipe_text=recipe.text,
+        overrides=recipe.overrides,
+        reward_funcs=list(script_args.reward_funcs),
+        reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
+        reward_model=script_args.reward_model_name_or_path,
+        dataset=script_args.dataset_name,
+        lora=(
+            {"r": model_args.lora_r, "alpha": model_args.lora_alpha, "targets": model_args.lora_target_modules}
+            if lora
+            else None
+        ),
+        settings=upstream_settings(training_args, script_args),
+    )
+
+
+def build_from_plan(
+    plan: RunPlan, script_args, training_args, model_args, callbacks=None, recipe: Recipe | None = None, train_dataset=None
+) -> MiniMindGRPOTrainer:
+    """Load the parts a checked plan names and construct the trainer (not yet trained)."""
+    training_args.resume_from_checkpoint = plan.resume_from_checkpoint
+    dataset = train_dataset if train_dataset is not None else load_train_dataset(script_args, training_args)
+    policy = resolve_policy(model_args, script_args, training_args)
+    tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
+    reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
+    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
+    peft_config = lora_config(model_args)
+    return MiniMindGRPOTrainer(
+        model=policy.path,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=plan.callbacks + list(callbacks or []),
+        peft_config=peft_config,
+        run_card=run_card(
+            script_args, training_args, model_args, policy.base_model, recipe or Recipe(), peft_config is not None
+        ),
+    )
+
+
+def build_trainer(
+    script_args, training_args, model_args, callbacks=None, recipe: Recipe | None = None, train_dataset=None
+) -> MiniMindGRPOTrainer:
+    """Check (the run plan), then load and build: parsed arguments -> a `MiniMindGRPOTrainer` ready to train.
+
+    `callbacks` are added to those of `script_args.callbacks`; `train_dataset` replaces `dataset_name`'s data.
+    """
+    plan = check_run(script_args, training_args, model_args, check_data=train_dataset is None)
+    return build_from_plan(plan, script_args, training_args, model_args, callbacks, recipe, train_dataset)
+
+
+__all__ = ["build_from_plan", "build_trainer", "load_train_dataset", "run_card"]

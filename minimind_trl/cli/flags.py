@@ -1,0 +1,28 @@
+"""One flag style for every `minimind-trl` command: TRL's `--snake_case`, with `--kebab-case` accepted too.
+
+`minimind-trl grpo` parses with TRL's `TrlParser`, which already accepts both spellings of a field; the
+argparse commands (`convert`, `export`, `merge-lora`, `demo`) build their parser with `FlagParser`, which
+registers both spellings of every long option it is given.
+"""
+
+import argparse
+
+
+def both_spellings(option: str) -> list[str]:
+    """`--num_attention_heads` -> [`--num_attention_heads`, `--num-attention-heads`] (either given)."""
+    if not option.startswith("--"):
+        return [option]
+    name = option[2:]
+    snake, kebab = "--" + name.replace("-", "_"), "--" + name.replace("_", "-")
+    return [snake] if snake == kebab else [snake, kebab]
+
+
+class FlagParser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose long options take both spellings; the snake_case one names the destination."""
+
+    def add_argument(self, *names, **kwargs):
+        spelled = [spelling for name in names for spelling in both_spellings(name)]
+        return super().add_argument(*dict.fromkeys(spelled), **kwargs)
+
+
+__all__ = ["FlagParser", "both_spellings"]

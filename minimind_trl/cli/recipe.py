@@ -1,0 +1,136 @@
+"""Stage 1 of `minimind-trl grpo`: the recipe. A YAML of arguments plus command-line overrides, parsed by TRL's
+`TrlParser` over `GRPOScriptArguments`, `MiniMindGRPOConfig` and TRL's `ModelConfig`.
+
+The YAML gives defaults, the command line overrides them, and an unknown key in either is an error naming the
+file, line and the closest valid key. Recipes resolve as given or relative to the packaged `recipes/`.
+"""
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import RecipeError
+from .script_args import GRPOScriptArguments
+
+REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+@dataclass
+class Recipe:
+    """The recipe a run was parsed from (for the model card)."""
+
+    path: str | None = None
+    text: str | None = None
+    overrides: list[str] = field(default_factory=list)
+
+
+def make_parser():
+    from trl import ModelConfig, TrlParser
+
+    from ..trainer.grpo_config import MiniMindGRPOConfig
+
+    return TrlParser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
+
+
+def packaged_recipes_dir() -> Path:
+    """Recipes shipped in the wheel (`minimind_trl/recipes`), or the checkout's `recipes/`."""
+    packaged = Path(__file__).resolve().parents[1] / "recipes"
+    return packaged if packaged.is_dir() else REPO_RECIPES
+
+
+def resolve_recipe(path: str) -> str:
+    """A recipe path as given, or relative to the packaged recipes (`minimind2/grpo/reasoning.yaml`)."""
+    if os.path.isfile(path):
+        return path
+    relative = path.removeprefix("recipes/")
+    candidates = [relative, relative + ".yaml"] if not relative.endswith(".yaml") else [relative]
+    for candidate in candidates:
+        packaged = packaged_recipes_dir() / candidate
+        if packaged.is_file():
+            return str(packaged)
+    raise RecipeError(f"recipe not found: {path} (nor under {packaged_recipes_dir()})")
+
+
+def check_recipe_keys(parser, path: str) -> str:
+    """Reject keys no dataclass knows, naming the file, line and the closest valid key; returns the text."""
+    import yaml
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path}: invalid YAML: {exc}") from exc
+    if node is None or not isinstance(node, yaml.MappingNode):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
+    known = {action.dest for action in parser._actions} | {"env"}
+    for key_node, _ in node.value:
+        key = key_node.value
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise RecipeError(f"{path}:{key_node.start_mark.line + 1}: unknown key {key!r}{hint}")
+    return text
+
+
+def parse_args(argv: list[str] | None = None):
+    """Command line (with `--config RECIPE.yaml`) -> (script_args, training_args, model_args, recipe)."""
+    argv = _split_config_flag(list(sys.argv[1:] if argv is None else argv))
+    parser = make_parser()
+    recipe = Recipe()
+    if "--config" in argv:
+        index = argv.index("--config")
+        if index + 1 >= len(argv):
+            raise RecipeError("--config needs a recipe path")
+        argv[index + 1] = resolve_recipe(argv[index + 1])
+        recipe.path = argv[index + 1]
+        recipe.text = check_recipe_keys(parser, recipe.path)
+        recipe.overrides = argv[:index] + argv[index + 2 :]
+    else:
+        recipe.overrides = list(argv)
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
+        where = f" ({recipe.path})" if recipe.path else ""
+        raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
+    return script_args, training_args, model_args, recipe
+
+
+def _split_config_flag(argv: list[str]) -> list[str]:
+    """`--config=PATH` as `--config PATH`: TRL's parser only looks for the separate form."""
+    return [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+
+
+def _cpu_hint(exc: Exception) -> str:
+    if "doesn't support bf16" not in str(exc):
+        return ""
+    return (
+        " [no GPU here: the seed recipes train in bf16; on CPU pass --use_cpu true, and --bf16 false for the "
+        "seed's own CPU numerics (its bf16 autocast does nothing on CPU)]"
+    )
+
+
+def _process_hint(exc: Exception) -> str:
+    if "divisible" not in str(exc):
+        return ""
+    world_size = os.environ.get("WORLD_SIZE", "1")
+    return (
+        f" [{world_size} process(es): the generation batch is per_device_train_batch_size x processes x "
+        "steps_per_generation completions and must hold whole groups of num_generations]"
+    )
+
+
+def parse_recipe(recipe_path: str, overrides: dict | list[str] | None = None):
+    """Programmatic `--config recipe_path` + overrides (`{"max_steps": 10}` or `["--max_steps", "10"]`)."""
+    argv = ["--config", str(recipe_path)]
+    if isinstance(overrides, dict):
+        for key, value in overrides.items():
+            argv.append(f"--{key}")
+            argv += [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)]
+    elif overrides:
+        argv += list(overrides)
+    return parse_args(argv)
+
+
+__all__ = ["Recipe", "RecipeError", "make_parser", "parse_args", "parse_recipe", "resolve_recipe"]

@@ -1,0 +1,104 @@
+"""Stage 2 of `minimind-trl grpo`: the run plan. Every check that needs no model, before any model is loaded.
+
+Recipe keys were checked when parsing; here the policy and data locations, reward names, imports and the reward
+model's `config.json`, logging integrations, option combinations, the resume checkpoint and its batch geometry
+and the callbacks. The result, `RunPlan`, is what the building stage needs; nothing after it checks again.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+
+from ..errors import RecipeError
+from ..loading_utils import import_object
+from ..rewards.registry import check_reward_specs
+from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
+from .policy import check_model_source
+
+DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
+REPORTING_EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab", "trackio": "trackio"}
+
+
+def looks_like_hub_dataset(name: str) -> bool:
+    """`owner/name` (one slash, no data-file extension, not a path form): what a Hub dataset id looks like."""
+    owner, slash, repo = name.partition("/")
+    return (
+        bool(slash and owner and repo)
+        and "/" not in repo
+        and not name.startswith((".", "~"))
+        and not DATA_FILE_SUFFIX.search(name)
+    )
+
+
+def check_dataset_source(dataset_name: str | None, dataset_config: str | None = None) -> None:
+    """A local file or folder must exist; anything that is not a Hub id (`owner/name`) is taken as local,
+    so a mistyped path fails here instead of as a `datasets` download error."""
+    if not dataset_name:
+        raise RecipeError("dataset_name is required (an RLAIF .jsonl file, a folder of them, or a Hub dataset)")
+    if not os.path.exists(os.path.expanduser(dataset_name)) and not looks_like_hub_dataset(dataset_name):
+        kind = "data file" if DATA_FILE_SUFFIX.search(dataset_name) else "local path"
+        raise RecipeError(
+            f"dataset_name: {kind} {dataset_name} does not exist (and is not a Hub dataset id 'owner/name')"
+        )
+    if dataset_config:
+        raise RecipeError(
+            f"dataset_config={dataset_config!r}: RLAIF data has no configurations; pick files with dataset_data_files"
+        )
+
+
+def check_reporting(report_to: list[str]) -> None:
+    from transformers.integrations import integration_utils
+
+    for name in report_to or []:
+        available = getattr(integration_utils, f"is_{name}_available", None)
+        if name in REPORTING_EXTRAS and available is not None and not available():
+            raise RecipeError(
+                f"report_to={name} but {name} is not installed: pip install 'minimind-trl[{REPORTING_EXTRAS[name]}]'"
+            )
+
+
+def load_callbacks(specs: list[str] | None) -> list:
+    """The `package.module:ClassName` callbacks of the recipe, built without arguments."""
+    return [import_object(spec, "callback", RecipeError, form="package.module:ClassName")() for spec in specs or []]
+
+
+@dataclass
+class RunPlan:
+    """What the checks established, for the building stage that follows."""
+
+    resume_from_checkpoint: str | None
+    callbacks: list
+
+
+def check_run(script_args, training_args, model_args, check_data: bool = True) -> RunPlan:
+    """All checks that need no model; raises a `ValueError` subclass whose message names the culprit.
+    `check_data=False` when the caller brings its own dataset."""
+    check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
+    if check_data:
+        check_dataset_source(script_args.dataset_name, script_args.dataset_config)
+    check_reward_specs(script_args, training_args)
+    check_reporting(training_args.report_to)
+    if training_args.save_native_pth and model_args.use_peft:
+        raise RecipeError(
+            "save_native_pth needs full weights but use_peft trains an adapter: merge it first "
+            "(minimind-trl merge-lora ADAPTER_DIR OUT_DIR), then minimind-trl export OUT_DIR --format native"
+        )
+    plugin = training_args.deepspeed_plugin
+    if (
+        training_args.save_native_pth
+        and plugin is not None
+        and plugin.zero_stage == 3
+        and not plugin.zero3_save_16bit_model
+    ):
+        raise RecipeError(
+            "save_native_pth under ZeRO-3 needs the whole weights at save time: set zero3_save_16bit_model: true "
+            "in the accelerate config (recipes/accelerate/zero3.yaml does)"
+        )
+    resume = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if resume is not None:
+        check_resume_geometry(resume, training_args)
+    check_generation_alignment(training_args)
+    return RunPlan(resume, load_callbacks(script_args.callbacks))
+
+
+__all__ = ["RunPlan", "check_dataset_source", "check_run", "looks_like_hub_dataset"]

@@ -1,0 +1,209 @@
+"""`minimind-trl convert`: native MiniMind checkpoints (`.pth` state dicts) -> Hugging Face folders.
+
+The checkpoint is read safely (`weights_only=True`), its architecture inferred (`native_config`), the model
+built and loaded strictly, and only then a `save_pretrained` folder written, atomically.
+"""
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from transformers.initialization import no_init_weights
+
+from ..cli.flags import FlagParser
+from ..errors import ConversionError
+from ..loading_utils import DTYPES, check_state_dict_matches, preview, resolve_dtype, write_folder_atomically
+from ..models.minimind.configuration_minimind import MINIMIND2, MiniMindConfig
+from ..models.minimind.modeling_minimind import MiniMindForCausalLM
+from .native_config import (
+    EMBED_KEY,
+    describe,
+    infer_config,
+    native_sidecar_path,
+    parse_set_options,
+    read_config_file,
+)
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_native_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read a native checkpoint safely: a `.pth`/`.pt`/`.bin` state dict (`weights_only=True`) or `.safetensors`.
+
+    Upstream's `*_resume.pth` training states are accepted too: their weights sit under `"model"`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConversionError(f"{path}: no such checkpoint file")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            obj = load_file(str(path), device="cpu")
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # re-raised with the file name: truncated, not a checkpoint, unsafe pickle
+        raise ConversionError(
+            f"{path}: cannot be read as a PyTorch state dict (truncated or not a checkpoint?): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(obj, Mapping) and "model" in obj and "optimizer" in obj and isinstance(obj["model"], Mapping):
+        print(f"{path}: upstream training-resume file; converting its 'model' weights", file=sys.stderr)
+        obj = obj["model"]
+    if not isinstance(obj, Mapping) or not obj:
+        raise ConversionError(f"{path}: expected a non-empty dict of tensors, got {type(obj).__name__}")
+    not_tensors = [key for key, value in obj.items() if not isinstance(value, torch.Tensor)]
+    if not_tensors:
+        raise ConversionError(f"{path}: entries that are not tensors: {preview(not_tensors)}")
+    return dict(obj)
+
+
+# --------------------------------------------------------------------------- strict loading
+
+
+def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str = "checkpoint"):
+    """Raise naming every missing, unexpected and mis-shaped key (before anything is loaded)."""
+    check_state_dict_matches(
+        model, state_dict, f"{source} does not match the inferred MiniMind architecture", ConversionError
+    )
+    floating = [key for key, value in state_dict.items() if not value.is_floating_point()]
+    if floating:
+        raise ConversionError(f"{source}: non-floating-point tensors: {preview(floating)}")
+
+
+def model_from_state_dict(
+    state_dict: Mapping[str, torch.Tensor], config: MiniMindConfig, source: str = "checkpoint"
+) -> MiniMindForCausalLM:
+    """A float32 `MiniMindForCausalLM` holding exactly `state_dict` (strict: nothing half-loads)."""
+    try:  # a config that passed its own checks can still name e.g. an unknown activation
+        with torch.device("meta"):
+            skeleton = MiniMindForCausalLM(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"{source}: cannot build a MiniMind from this configuration: {type(exc).__name__}: {exc}"
+        raise ConversionError(message) from exc
+    check_state_dict(skeleton, state_dict, source)
+    with no_init_weights():  # every parameter is overwritten below; random init would cost seconds
+        model = MiniMindForCausalLM(config)
+    model.tie_weights()  # post_init ties only when it initialises
+    model.load_state_dict(state_dict, strict=True)  # copies into the fp32 parameters (fp16 -> fp32 is exact)
+    if config.tie_word_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
+        raise ConversionError("internal error: lm_head is not tied to the embeddings after loading")
+    return model.eval()
+
+
+def load_native_checkpoint(
+    path: str | Path,
+    num_attention_heads: int | None = None,
+    overrides: Mapping | None = None,
+    dtype: str | torch.dtype = "float32",
+) -> MiniMindForCausalLM:
+    """Read, infer and strictly load a native checkpoint; `dtype="auto"` keeps the checkpoint's dtype."""
+    state_dict = load_native_state_dict(path)
+    config = infer_config(state_dict, num_attention_heads, overrides, source=str(path))
+    model = model_from_state_dict(state_dict, config, source=str(path))
+    target = state_dict[EMBED_KEY].dtype if dtype == "auto" else resolve_dtype(dtype, ConversionError)
+    return model.to(target)
+
+
+def convert_checkpoint(
+    checkpoint: str | Path,
+    output_dir: str | Path,
+    num_attention_heads: int | None = None,
+    overrides: Mapping | None = None,
+    tokenizer: str | Path | None = None,
+    dtype: str = "float32",
+    force: bool = False,
+) -> MiniMindForCausalLM:
+    """Native checkpoint -> `save_pretrained` folder (safetensors, config with `auto_map`, modeling code).
+
+    Everything is read, built and checked before anything is written. Returns the loaded model.
+    """
+    model = load_native_checkpoint(checkpoint, num_attention_heads, overrides, dtype=dtype)
+    try:  # the summary the CLI prints reads every field; a config it cannot print must not be written
+        describe(model.config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConversionError(f"{checkpoint}: invalid configuration: {type(exc).__name__}: {exc}") from exc
+    tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        if tok is not None:
+            tok.save_pretrained(folder)
+
+    write_folder_atomically(output_dir, write, force=force, error=ConversionError)
+    return model
+
+
+def _load_tokenizer(tokenizer_dir: str | Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    except (OSError, ValueError) as exc:
+        raise ConversionError(f"{tokenizer_dir}: cannot load a tokenizer: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> FlagParser:
+    parser = FlagParser(
+        prog="minimind-trl convert",
+        description="Convert a native MiniMind checkpoint (upstream .pth state dict, fp16 or fp32) into a Hugging "
+        "Face folder that AutoModelForCausalLM loads. The architecture is read from the tensors; MiniMind2's query "
+        "head count is not stored in them (upstream default 8).",
+    )
+    parser.add_argument("checkpoint", help="native state dict: .pth (upstream trainers), .bin or .safetensors")
+    parser.add_argument("output_dir", help="folder to write (created; must not exist or be empty unless --force)")
+    parser.add_argument(
+        "--num_attention_heads", type=int, default=None,
+        help="query heads the model was trained with; MiniMind2 cannot be checked beyond the tensor shapes "
+        "(default: 8, upstream's); MiniMind-3 reads it from the shapes",
+    )  # fmt: skip
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder to save alongside (e.g. upstream model/)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="an upstream MiniMindConfig keyword of either generation, e.g. inference_rope_scaling=true, "
+        "rope_theta=1e4, num_experts_per_tok=2, aux_loss_alpha=0.02 (values are JSON/Python literals; repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--config", default=None, metavar="JSON",
+        help="a JSON file of the same keywords (default: the sidecar CHECKPOINT_STEM.config.json that "
+        "`minimind-trl export --format native` writes, if present); --set wins",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtype", default="float32", choices=[*DTYPES, "auto"],
+        help="weights dtype of the folder (default float32: fp16 -> fp32 is lossless; auto keeps the checkpoint's)",
+    )  # fmt: skip
+    parser.add_argument("--force", action="store_true", help="replace a non-empty OUTPUT_DIR")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`minimind-trl convert`; user errors raise `ConversionError` (the `minimind-trl` command reports them)."""
+    args = build_parser().parse_args(argv)
+    config_file = args.config
+    if config_file is None and native_sidecar_path(args.checkpoint).is_file():
+        config_file = native_sidecar_path(args.checkpoint)
+        print(f"reading settings from {config_file} (written by `minimind-trl export --format native`; --set wins)")
+    overrides = read_config_file(config_file) if config_file else {}
+    overrides.update(parse_set_options(args.overrides))
+    model = convert_checkpoint(
+        args.checkpoint,
+        args.output_dir,
+        num_attention_heads=args.num_attention_heads,
+        overrides=overrides,
+        tokenizer=args.tokenizer,
+        dtype=args.dtype,
+        force=args.force,
+    )
+    config = model.config
+    print(f"{args.checkpoint}: {describe(config)}")
+    if config.minimind_generation == MINIMIND2 and args.num_attention_heads is None and "num_attention_heads" not in overrides:
+        print(f"note: MiniMind2 checkpoints do not record the head count; ASSUMED upstream's default "
+              f"{config.num_attention_heads} (it fits the shapes, but so may others: pass --num_attention_heads N "
+              f"if the model was trained with another, or the logits will be wrong)")  # fmt: skip
+    print(f"wrote {Path(args.output_dir)} ({str(model.dtype).removeprefix('torch.')}, safetensors)")
+    return 0
+

@@ -1,0 +1,68 @@
+"""The errors a user can act on: bad input, named in the message.
+
+Every such error derives from `MiniMindTRLError` (a `ValueError`, so existing `except ValueError` code keeps
+working). The `minimind-trl` command catches it once, prints `minimind-trl <command>: error: <message>` and
+exits with 2, argparse's code for a usage error; anything else is a bug and keeps its traceback.
+"""
+
+USER_ERROR_EXIT_CODE = 2
+
+
+class MiniMindTRLError(ValueError):
+    """Bad input: a recipe, path, checkpoint, dataset, reward or option that cannot be used as given."""
+
+
+class RecipeError(MiniMindTRLError):
+    """A recipe or command line that cannot be parsed; the message names the file, line or key."""
+
+
+class ModelSourceError(MiniMindTRLError):
+    """A policy or tokenizer location that cannot be used; the message names the argument."""
+
+
+class RLAIFDataError(MiniMindTRLError):
+    """RLAIF data that cannot be turned into prompts; the message names the file and line (or row)."""
+
+
+class RewardSpecError(MiniMindTRLError):
+    """A reward name, weight or reward model that cannot be used; the message names it."""
+
+
+class ResumeError(MiniMindTRLError):
+    """A checkpoint that cannot be resumed with the current arguments."""
+
+
+class PushCheckError(MiniMindTRLError):
+    """A folder that would reach the Hub without what people need to load it."""
+
+
+class ConversionError(MiniMindTRLError):
+    """A checkpoint, option or output path that cannot be converted; the message says which and why."""
+
+
+class ExportError(ConversionError):
+    """The model cannot be written in the requested format; the message says why and what can."""
+
+
+class MergeError(MiniMindTRLError):
+    """An adapter, base model or output folder that cannot be merged; the message names it."""
+
+
+class DemoError(MiniMindTRLError):
+    """A demo invocation that cannot run (the message says why)."""
+
+
+__all__ = [
+    "USER_ERROR_EXIT_CODE",
+    "ConversionError",
+    "DemoError",
+    "ExportError",
+    "MergeError",
+    "MiniMindTRLError",
+    "ModelSourceError",
+    "PushCheckError",
+    "RLAIFDataError",
+    "RecipeError",
+    "ResumeError",
+    "RewardSpecError",
+]

@@ -1,0 +1,180 @@
+"""Loading helpers every part of the package shares: dtype names, strict state-dict checks, atomic folder writes,
+whole-model loading under ZeRO-3 and `package.module:attr` imports.
+
+They live here once so that a checkpoint is judged, and a folder written, the same way by `convert`, `export`,
+`merge-lora`, the InternLM2 reward-model loader and the GRPO command.
+"""
+
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from .errors import MiniMindTRLError
+
+# dtype names users write (recipes, CLI flags, config.json) -> torch dtypes
+DTYPE_NAMES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+# the canonical names the CLIs offer as choices
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: str | torch.dtype, error: type[Exception] = MiniMindTRLError) -> torch.dtype:
+    """A torch dtype from a dtype or one of `DTYPE_NAMES`; anything else raises `error` naming the choices."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if str(dtype) not in DTYPE_NAMES:
+        raise error(f"dtype must be one of {', '.join(DTYPES)} (or a torch.dtype), got {dtype!r}")
+    return DTYPE_NAMES[str(dtype)]
+
+
+def preview(keys, limit: int = 6) -> str:
+    """The first `limit` keys and how many more: error messages name keys without printing thousands."""
+    keys = list(keys)
+    shown = ", ".join(str(key) for key in keys[:limit])
+    return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+def state_dict_problems(expected, state_dict: Mapping[str, torch.Tensor]) -> list[str]:
+    """Missing and unexpected keys against `expected` (key names, or a mapping of names to shapes, whose
+    mis-shaped keys are reported too), as message parts; empty when everything fits."""
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    shapes = expected if isinstance(expected, Mapping) else {}
+    misshaped = [
+        f"{key} {list(state_dict[key].shape)} (expected {list(shape)})"
+        for key, shape in shapes.items()
+        if key in state_dict and tuple(state_dict[key].shape) != tuple(shape)
+    ]
+    named = (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+    return [f"{kind} keys ({len(keys)}): {preview(keys)}" for kind, keys in named if keys]
+
+
+def check_state_dict_matches(
+    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], what: str, error: type[Exception]
+) -> None:
+    """Raise `error("<what>: problem; problem")` naming every missing, unexpected and mis-shaped tensor."""
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    problems = state_dict_problems(expected, state_dict)
+    if problems:
+        raise error(f"{what}: " + "; ".join(problems))
+
+
+def loading_info_problems(info: Mapping[str, list]) -> dict[str, list[str]]:
+    """The non-empty entries of `from_pretrained(..., output_loading_info=True)`'s report."""
+    return {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
+
+
+def write_folder_atomically(
+    output_dir: str | Path, write: Callable[[Path], None], force: bool = False, error: type[Exception] = MiniMindTRLError
+) -> Path:
+    """Run `write(tmp_dir)` in a temporary folder next to `output_dir`, then rename it into place.
+
+    A failure leaves nothing behind (no half-written output, no new parent folders); an existing non-empty
+    `output_dir` is only replaced with `force=True`, and only once the new folder is complete.
+    """
+    output_dir = Path(output_dir).absolute()
+    if output_dir.exists() and not output_dir.is_dir():
+        raise error(f"{output_dir} exists and is not a folder")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
+        raise error(f"{output_dir} exists and is not empty (use --force to replace it)")
+    created = [parent for parent in reversed(output_dir.parents) if not parent.exists()]
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    try:
+        write(tmp_dir)
+        _share_like_new_files(tmp_dir)
+        if output_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            old.rmdir()
+            output_dir.rename(old)
+            tmp_dir.rename(output_dir)
+            shutil.rmtree(old)
+        else:
+            tmp_dir.rename(output_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        for parent in reversed(created):
+            if parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+        raise
+    return output_dir
+
+
+def _share_like_new_files(folder: Path) -> None:
+    """Give the finished folder the permissions of a plainly created one (temp dirs and files are private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.rglob("*"):
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+@contextmanager
+def whole_model_loading():
+    """Load models whole even under DeepSpeed ZeRO-3.
+
+    With ZeRO-3, transformers' `from_pretrained` partitions every model it loads across the processes
+    (`deepspeed.zero.Init`), which only works for models DeepSpeed then drives. A frozen reward model called
+    directly, or a saved folder read back on one process to export it, must be loaded whole instead.
+    accelerate's `zero3_init_context_manager` does not switch this off for transformers (it re-registers the
+    same stage-3 config), so the registration is lifted here and restored afterwards.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    reference = hf_deepspeed._hf_deepspeed_config_weak_ref
+    config = reference() if reference is not None else None
+    if config is None:
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed.set_hf_deepspeed_config(config)
+
+
+def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLError, form: str = "package.module:name"):
+    """`package.module:name` (or `package.module.name`) -> the object; the working directory is importable, as
+    in TRL's scripts. Errors name `what` (e.g. "reward function") and the spec."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        module_name, _, attr = spec.rpartition(".")
+    if not module_name or not attr:
+        raise error(f"{what} {spec!r}: expected {form!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise error(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+__all__ = [
+    "DTYPES",
+    "DTYPE_NAMES",
+    "check_state_dict_matches",
+    "import_object",
+    "loading_info_problems",
+    "preview",
+    "resolve_dtype",
+    "state_dict_problems",
+    "whole_model_loading",
+    "write_folder_atomically",
+]

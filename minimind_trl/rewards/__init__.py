@@ -1,0 +1,47 @@
+"""MiniMind's GRPO rewards as TRL reward functions.
+
+* `rule_rewards`: upstream's `format` (+0.5) and `tag_count` (+0.25 per tag) terms;
+* `reward_model`: upstream's reward-model term (`RewardModelReward`: clipped, 0.4/0.6 answer blend);
+* `scorers`: reward models behind one batched `score(conversations)` interface;
+* `registry`: the one table of reward names recipes pick from.
+
+The names below are the public API (`from minimind_trl.rewards import format_reward, RewardModelReward`).
+"""
+
+from .reward_model import (
+    ANSWER_PATTERN,
+    TURN_PATTERN,
+    RewardModelReward,
+    Scorer,
+    clip_score,
+    minimind_reward_funcs,
+    parse_prompt_turns,
+)
+from .rule_rewards import (
+    FORMAT_PATTERNS,
+    FORMAT_REWARD,
+    REASONING_TAGS,
+    TAG_REWARD,
+    Conversation,
+    completion_text,
+    format_reward,
+    tag_count_reward,
+)
+
+__all__ = [
+    "ANSWER_PATTERN",
+    "FORMAT_PATTERNS",
+    "FORMAT_REWARD",
+    "TAG_REWARD",
+    "REASONING_TAGS",
+    "TURN_PATTERN",
+    "Conversation",
+    "RewardModelReward",
+    "Scorer",
+    "clip_score",
+    "completion_text",
+    "format_reward",
+    "minimind_reward_funcs",
+    "parse_prompt_turns",
+    "tag_count_reward",
+]

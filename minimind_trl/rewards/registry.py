@@ -1,0 +1,191 @@
+"""Reward functions by name: the one table recipes pick from (`reward_funcs: [format, tag_count, reward_model]`).
+
+`REWARDS` maps each built-in name to a `RewardEntry`: how to check it before any model is loaded and how to
+build its TRL reward callable. Any other name must be an importable `package.module:function` (also
+`package.module.function`; the working directory is importable, as in TRL's scripts). `check_reward_specs`
+runs every check (names, imports, weights, the reward model's `config.json`), so a typo fails in a second,
+not after the policy has been built; `build_reward_funcs` then builds the callables in `reward_funcs` order.
+"""
+
+import difflib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import RewardSpecError
+from ..loading_utils import import_object, whole_model_loading
+from .reward_model import RewardModelReward
+from .rule_rewards import format_reward, tag_count_reward
+from .scorers import InternLM2Scorer, SequenceClassifierScorer
+
+INTERNLM2_ARCHITECTURES = ("InternLM2ForRewardModel",)
+REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
+
+
+@dataclass(frozen=True)
+class RewardEntry:
+    """A built-in reward: `build(script_args, training_args, tokenizer)` returns its TRL reward callable;
+    `check(script_args, training_args)`, when given, validates its options before anything is loaded."""
+
+    help: str
+    build: Callable
+    check: Callable | None = None
+
+
+# --------------------------------------------------------------------------- the reward model
+
+
+def read_reward_model_config(name_or_path: str, revision: str = "main") -> dict:
+    """The reward model's `config.json` (a local folder, or fetched alone from the Hub)."""
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, "config.json")
+        if not os.path.isfile(path):
+            raise RewardSpecError(f"reward_model_name_or_path: {name_or_path} has no config.json (not a model folder)")
+    elif os.path.exists(name_or_path) or name_or_path.startswith((".", "/", "~")):
+        raise RewardSpecError(f"reward_model_name_or_path: {name_or_path} is not a model folder")
+    else:
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = hf_hub_download(name_or_path, "config.json", revision=revision)
+        except Exception as exc:  # offline, missing repo, gated: all end here with the reason
+            raise RewardSpecError(
+                f"reward_model_name_or_path: cannot read config.json of {name_or_path}: {exc}"
+            ) from exc
+    with open(path) as f:
+        return json.load(f)
+
+
+def reward_model_kind(config: dict, name_or_path: str, requested: str = "auto") -> str:
+    """`internlm2` or `sequence_classification`, from what `config.json` declares; anything else is an error."""
+    architectures = list(config.get("architectures") or [])
+    if any(arch in INTERNLM2_ARCHITECTURES for arch in architectures):
+        kind = "internlm2"
+    elif any(arch.endswith("ForSequenceClassification") for arch in architectures):
+        kind = "sequence_classification"
+        num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 1)
+        if num_labels != 1:
+            raise RewardSpecError(
+                f"reward_model_name_or_path: {name_or_path} is a classifier with {num_labels} labels; a reward model "
+                "has a single scalar output (num_labels=1)"
+            )
+    else:
+        raise RewardSpecError(
+            f"reward_model_name_or_path: {name_or_path} is not a reward model: its config.json declares "
+            f"architectures {architectures or 'none'} (model_type {config.get('model_type')!r}); expected "
+            f"{INTERNLM2_ARCHITECTURES[0]} or a *ForSequenceClassification model with one label"
+        )
+    if requested not in ("auto", kind):
+        raise RewardSpecError(
+            f"reward_model_type={requested!r} but {name_or_path} is a {kind.replace('_', ' ')} model ({architectures})"
+        )
+    return kind
+
+
+def check_reward_model(script_args, training_args) -> str:
+    """The reward model's path and `config.json`; returns its kind."""
+    path = script_args.reward_model_name_or_path
+    if not path:
+        raise RewardSpecError("reward_funcs includes 'reward_model' but reward_model_name_or_path is not set")
+    return reward_model_kind(read_reward_model_config(path), path, script_args.reward_model_type)
+
+
+def load_scorer(name_or_path: str, kind: str, device):
+    """A scorer holding the whole reward model on this process's device (also under ZeRO-3, as upstream did)."""
+    scorer_class = InternLM2Scorer if kind == "internlm2" else SequenceClassifierScorer
+    with whole_model_loading():
+        return scorer_class.from_pretrained(name_or_path, device=device)
+
+
+def build_reward_model_reward(script_args, training_args, tokenizer) -> RewardModelReward:
+    """Upstream's reward-model term: turns of the rendered prompt + completion, clipped, answer-blended."""
+    kind = check_reward_model(script_args, training_args)
+    return RewardModelReward(
+        load_scorer(script_args.reward_model_name_or_path, kind, training_args.device),
+        tokenizer=tokenizer,
+        reasoning=script_args.reasoning,
+        clip=script_args.reward_model_clip,
+        chat_template_kwargs=training_args.chat_template_kwargs,
+    )
+
+
+# --------------------------------------------------------------------------- the table
+
+REWARDS: dict[str, RewardEntry] = {
+    "format": RewardEntry(
+        "+0.5 for upstream's <think>...</think><answer>...</answer> layout", build=lambda *_: format_reward
+    ),
+    "tag_count": RewardEntry("+0.25 per reasoning tag that occurs exactly once", build=lambda *_: tag_count_reward),
+    "reward_model": RewardEntry(
+        "the reward model at reward_model_name_or_path, clipped and (reasoning) answer-blended",
+        build=build_reward_model_reward,
+        check=check_reward_model,
+    ),
+}
+
+
+def import_reward_function(spec: str) -> Callable:
+    """`package.module:function` or `package.module.function` -> the callable."""
+    func = import_object(spec, "reward function", RewardSpecError, form="package.module:function")
+    if not callable(func):
+        raise RewardSpecError(f"reward function {spec!r} is not callable")
+    return func
+
+
+def _is_import_spec(name: str) -> bool:
+    return ":" in name or "." in name
+
+
+def check_reward_specs(script_args, training_args) -> None:
+    """Validate names, imports, weights and every built-in's own options (the reward model's config)."""
+    names = list(script_args.reward_funcs or [])
+    if not names:
+        raise RewardSpecError(f"reward_funcs is empty: list some of {', '.join(REWARDS)} or 'package.module:function'")
+    for name in names:
+        if name in REWARDS:
+            continue
+        if _is_import_spec(name):
+            import_reward_function(name)
+            continue
+        close = difflib.get_close_matches(name, REWARDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RewardSpecError(
+            f"unknown reward function {name!r}{hint}: expected one of {', '.join(REWARDS)} or an importable "
+            "'package.module:function'"
+        )
+    if len(set(names)) != len(names):
+        raise RewardSpecError(f"reward_funcs lists a reward twice: {names}")
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(names):
+        raise RewardSpecError(f"reward_weights has {len(weights)} values for {len(names)} reward_funcs {names}")
+    for name in names:
+        if name in REWARDS and REWARDS[name].check is not None:
+            REWARDS[name].check(script_args, training_args)
+    path = script_args.reward_model_name_or_path
+    if path and "reward_model" not in names:
+        raise RewardSpecError(
+            f"reward_model_name_or_path={path!r} is set but 'reward_model' is not in reward_funcs {names}; add it "
+            "(or drop the path)"
+        )
+
+
+def build_reward_funcs(script_args, training_args, tokenizer) -> list[Callable]:
+    """The TRL reward callables, in `reward_funcs` order (weights stay in `training_args.reward_weights`)."""
+    return [
+        REWARDS[name].build(script_args, training_args, tokenizer) if name in REWARDS else import_reward_function(name)
+        for name in script_args.reward_funcs
+    ]
+
+
+__all__ = [
+    "REWARDS",
+    "REWARD_MODEL_TYPES",
+    "RewardEntry",
+    "RewardSpecError",
+    "build_reward_funcs",
+    "check_reward_specs",
+    "import_reward_function",
+    "read_reward_model_config",
+    "reward_model_kind",
+]

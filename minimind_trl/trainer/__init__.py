@@ -1,0 +1,15 @@
+"""The GRPO trainer: upstream MiniMind's `train_grpo.py` as a TRL `GRPOTrainer`.
+
+* `grpo_config`: `MiniMindGRPOConfig`, upstream's defaults and MiniMind's switches;
+* `grpo_trainer`: `MiniMindGRPOTrainer` (rollouts, rewards, advantages, loss, checkpoints, model card);
+* `advantages`: upstream's double-normalised group advantages as pure functions;
+* `fast_sampling` / `fast_logprobs`: the lean rollout sampler and the completion-only log-prob head;
+* `checkpointing`: crash-safe checkpoints and resume checks; `model_card`: the run's card section;
+* `trl_overrides`: what is substituted inside TRL's constructor.
+"""
+
+from .advantages import minimind_advantages
+from .grpo_config import MiniMindGRPOConfig
+from .grpo_trainer import MiniMindGRPOTrainer
+
+__all__ = ["MiniMindGRPOConfig", "MiniMindGRPOTrainer", "minimind_advantages"]

@@ -1,0 +1,228 @@
+"""`MiniMindGRPOConfig`: TRL's `GRPOConfig` with upstream MiniMind's `train_grpo.py` defaults and the switches
+MiniMind's GRPO needs. Each field documents the upstream flag it stands for.
+"""
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+ADVANTAGE_ESTIMATORS = ("minimind", "trl")
+
+
+@dataclass
+class MiniMindGRPOConfig(GRPOConfig):
+    r"""
+    [`GRPOConfig`] with MiniMind's defaults and the switches MiniMind's GRPO needs.
+
+    Every TRL option keeps working; only the defaults below differ from TRL's. Seed flags are those of
+    MiniMind's `train_grpo.py`.
+
+    Parameters:
+        > MiniMind-specific parameters
+
+        max_prompt_length (`int` or `None`, *optional*, defaults to `66`):
+            Keep only the last `max_prompt_length` tokens of each tokenized prompt (the left side is dropped, so
+            the generation prompt `<|im_start|>assistant\n` survives). Seed: `--max_seq_len 66`. `None` keeps
+            whole prompts. TRL 1.16 itself has no prompt truncation.
+        advantage_estimator (`str`, *optional*, defaults to `"minimind"`):
+            `"minimind"`: the seed's advantages (see [`minimind_advantages`]): per-group z-score with the unbiased
+            std + 1e-4, clamped to [-10, 10], then re-normalised over the process-local generation batch.
+            `scale_rewards` and `multi_objective_aggregation` must keep their defaults then, since they would
+            have no effect. `"trl"`: TRL's own advantages (`scale_rewards`, `multi_objective_aggregation`).
+        tempered_logprobs (`bool`, *optional*, defaults to `False`):
+            Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: the seed
+            samples at 0.8 but scores with untempered logits.
+        fast_sampling (`bool`, *optional*, defaults to `True`):
+            Sample rollouts with [`~minimind_trl.fast_generation.FastSampler`]: temperature + top-k drawn among the
+            k candidates only (the distribution `generate` samples from), no logits-processor chain, decoding with
+            the class forward (no autocast wrapper). Settings it does not implement fall back to `generate`. Not
+            used under ZeRO-3/FSDP (stock `generate` keeps the ranks' forwards in step) nor with vLLM.
+        sampling_weights_dtype (`str` or `None`, *optional*, defaults to `None`):
+            With `fast_sampling`, decode with a copy of the weights in this dtype (`"bfloat16"`), refreshed from
+            the policy at every generation. Worth it on CPU from hidden size ~512 (benchmarks/README.md).
+        save_native_pth (`bool`, *optional*, defaults to `False`):
+            Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
+            in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for
+            MiniMind's own scripts. Needs full weights: not with `use_peft` (merge the adapter first).
+        moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
+            Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
+            model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
+            log-probs. Seed: implicit weight 1 (`loss = policy_loss + aux_loss`). Dense models return 0.
+
+        > TRL / transformers parameters whose defaults are the seed's
+
+        learning_rate (`float`, defaults to `8e-8`): seed `--learning_rate`.
+        lr_scheduler_type (`str`, defaults to `"cosine_with_min_lr"`) and lr_scheduler_kwargs (defaults to
+            `{"min_lr_rate": 0.1}` for that scheduler): cosine from the peak to 10 % of it over the run, the seed's
+            `CosineAnnealingLR(T_max=total_steps, eta_min=lr / 10)`.
+        weight_decay (`float`, defaults to `0.01`): the seed's `torch.optim.AdamW` default. (transformers exempts
+            norm weights and biases from decay; the seed decays every parameter.)
+        max_grad_norm (`float`, defaults to `1.0`): seed `--grad_clip`.
+        num_train_epochs (`float`, defaults to `1`): seed `--epochs`.
+        per_device_train_batch_size (`int`, defaults to `16`): completions per device and step, i.e. the seed's
+            `--batch_size 2` prompts x `--num_generations 8`.
+        gradient_accumulation_steps: seed `--accumulation_steps` (1).
+        steps_per_generation (`int`, defaults to `1` unless `generation_batch_size` is set): generate for every
+            micro-batch as the seed does, so the advantages' batch normalisation spans one micro-batch per
+            process, as in the seed. TRL's default (`gradient_accumulation_steps`) generates once per optimizer
+            step instead.
+        num_generations (`int`, defaults to `8`): seed `--num_generations`.
+        max_completion_length (`int`, defaults to `1536`): seed `--max_gen_len`.
+        temperature (`float`, defaults to `0.8`): the seed's hard-coded sampling temperature.
+        top_k (`int`, defaults to `50`): the seed never sets it, so it sampled with the transformers 4.x
+            generation default `top_k=50` (`top_p=1.0`, which is also TRL's default). TRL's default is `0`
+            (disabled); set `top_k: 0` for plain temperature sampling.
+        beta (`float`, defaults to `0.02`): seed `--beta`, the weight of the k3 KL to the frozen reference.
+        loss_type (`str`, defaults to `"grpo"`): the seed's aggregation, the mean over completions of the
+            masked token mean, divided by the accumulation steps. Any TRL loss type can be used with the seed's
+            advantages (e.g. `"dapo"` sums token losses over the batch's completion tokens instead).
+        num_iterations (`int`, defaults to `1`): one optimisation pass per generation, so the PPO ratio is
+            exactly 1 in value and its clipping never binds (the seed has no clipping).
+        use_bias_correction_kl (`bool`, defaults to `False`): the seed's KL carries no importance-sampling weight.
+        bf16 (`bool`, defaults to `True` unless `fp16` is set): bf16 mixed precision (autocast, fp32 master
+            weights), the seed's `--dtype bfloat16`. `bf16: false` restores fp32 numerics. As in TRL, bf16 on a
+            machine without a GPU needs `use_cpu: true`.
+        activation_checkpointing / gradient_checkpointing (`bool`, default off): the seed does not recompute
+            activations; TRL's default (on) trades a second forward of every layer for memory.
+        logging_steps (`float`, defaults to `1`): seed `--log_interval`.
+        save_steps (`float`, defaults to `10`): seed `--save_interval`.
+        seed (`int`, defaults to `42`): the seed script's `setup_seed(42)`.
+    """
+
+    # MiniMind-specific parameters
+    max_prompt_length: int | None = field(
+        default=66,
+        metadata={
+            "help": "Keep only the last `max_prompt_length` tokens of each prompt (left side dropped), like the "
+            "seed's `--max_seq_len`. `None` keeps whole prompts."
+        },
+    )
+    advantage_estimator: str = field(
+        default="minimind",
+        metadata={
+            "help": "'minimind': the seed's double-normalised advantages (group z-score with unbiased std + 1e-4, "
+            "clamp to [-10, 10], then re-normalised over the process-local batch). 'trl': TRL's advantages "
+            "(`scale_rewards`, `multi_objective_aggregation`).",
+            "choices": list(ADVANTAGE_ESTIMATORS),
+        },
+    )
+    tempered_logprobs: bool = field(
+        default=False,
+        metadata={
+            "help": "Score the loss's log-probs at the sampling temperature (TRL's behaviour). Off by default: the "
+            "seed samples at 0.8 and scores with untempered logits."
+        },
+    )
+    fast_sampling: bool = field(
+        default=True,
+        metadata={
+            "help": "Sample rollouts with minimind_trl.fast_generation's lean top-k loop (the same distribution as "
+            "`generate`, less per-step overhead; stock `generate` for settings it does not implement). Applies "
+            "to transformers generation without ZeRO-3/FSDP; vLLM and continuous batching are unaffected."
+        },
+    )
+    sampling_weights_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "Decode rollouts with a copy of the weights in this dtype (e.g. 'bfloat16'; refreshed every "
+            "generation). Halves the bytes read per decoding step; pays on CPU from hidden size ~512. The loss "
+            "still scores the real weights.",
+            "choices": [None, "bfloat16", "float16"],
+        },
+    )
+    save_native_pth: bool = field(
+        default=False,
+        metadata={
+            "help": "Also save the weights as upstream MiniMind's native .pth (fp16) in every checkpoint and at the "
+            "end, like upstream's --save_weight grpo."
+        },
+    )
+    moe_aux_loss_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "Weight of the model's own MoE load-balancing loss (`aux_loss` of the policy forward, already "
+            "scaled by the model's `router_aux_loss_coef`). The seed adds it with weight 1."
+        },
+    )
+
+    # TRL / transformers parameters with the seed's defaults
+    learning_rate: float = field(default=8e-8, metadata={"help": "Peak learning rate of AdamW (seed: 8e-8)."})
+    lr_scheduler_type: str = field(
+        default="cosine_with_min_lr",
+        metadata={"help": "Scheduler; the default decays the lr along a cosine to `min_lr_rate` (0.1) of its peak."},
+    )
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (torch's AdamW default)."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (seed: 1.0)."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs (seed: 1)."})
+    per_device_train_batch_size: int = field(
+        default=16, metadata={"help": "Completions per device and step: 2 prompts x 8 generations, as in the seed."}
+    )
+    num_generations: int | None = field(default=8, metadata={"help": "Completions per prompt (seed: 8)."})
+    max_completion_length: int | None = field(default=1536, metadata={"help": "Maximum new tokens (seed: 1536)."})
+    temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (seed: 0.8)."})
+    top_k: int = field(
+        default=50,
+        metadata={
+            "help": "Top-k sampling; 50 is what the seed implicitly used (transformers 4.x default). 0 disables."
+        },
+    )
+    beta: float = field(default=0.02, metadata={"help": "Weight of the k3 KL to the reference model (seed: 0.02)."})
+    loss_type: str = field(
+        default="grpo",
+        metadata={"help": "Loss aggregation; 'grpo' is the seed's (mean over completions of the masked token mean)."},
+    )
+    use_bias_correction_kl: bool = field(
+        default=False, metadata={"help": "Weight the KL by the importance-sampling ratio (the seed does not)."}
+    )
+    # transformers 5.24 renamed it `activation_checkpointing`; None lets either name switch it on (off by default)
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of `activation_checkpointing`; off unless set, like the seed."},
+    )
+    logging_steps: float = field(default=1, metadata={"help": "Log every X optimizer steps (seed: 1)."})
+    save_steps: float = field(default=10, metadata={"help": "Save a checkpoint every X optimizer steps (seed: 10)."})
+
+    def __post_init__(self):
+        if self.lr_scheduler_type == "cosine_with_min_lr" and self.lr_scheduler_kwargs is None:
+            self.lr_scheduler_kwargs = {"min_lr_rate": 0.1}
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = 1
+        super().__post_init__()
+
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(
+                f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."
+            )
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
+            )
+        if self.advantage_estimator == "minimind":
+            if self.scale_rewards != "group":
+                raise ValueError(
+                    f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator='minimind' (the "
+                    "seed's group z-score then batch re-normalisation). Use advantage_estimator='trl' for TRL's "
+                    "scaling."
+                )
+            if self.multi_objective_aggregation != "sum_then_normalize":
+                raise ValueError(
+                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} has no effect with "
+                    "advantage_estimator='minimind', which normalises the weighted sum of the rewards. Use "
+                    "advantage_estimator='trl' for TRL's aggregation."
+                )
+        if self.use_transformers_continuous_batching and (self.bf16 or self.fp16):
+            raise ValueError(
+                "use_transformers_continuous_batching with bf16/fp16: TRL 1.16 casts the trainable fp32 policy to the "
+                "half dtype in place for that path and never casts it back. Set bf16: false (and fp16: false)."
+            )
+        if self.sampling_weights_dtype is not None and not self.fast_sampling:
+            raise ValueError("sampling_weights_dtype needs fast_sampling: true (it is the lean sampler's option)")
+        if self.use_vllm and self.vllm_importance_sampling_correction and not self.tempered_logprobs:
+            raise ValueError(
+                "vllm_importance_sampling_correction compares vLLM's log-probs, taken at the sampling temperature, "
+                "with the trainer's; with tempered_logprobs=False the trainer scores at temperature 1 and the ratio "
+                "would be biased. Set tempered_logprobs=True or vllm_importance_sampling_correction=False."
+            )
+
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "MiniMindGRPOConfig"]

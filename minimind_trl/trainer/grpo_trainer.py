@@ -1,0 +1,321 @@
+"""`MiniMindGRPOTrainer`: MiniMind's GRPO on TRL, the one trainer the CLI and Python users construct.
+
+The trainer is TRL's `GRPOTrainer` (generation, rewards, accelerate/DeepSpeed, PEFT, vLLM, logging and
+checkpoints stay TRL's) with upstream MiniMind's arithmetic where the two differ: the double-normalised
+advantages (`advantages`), log-probs scored at temperature 1 (`fast_logprobs`), the MoE load-balancing loss of
+the policy forward, and prompts cut to their last `max_prompt_length` tokens. Around training it adds what a run
+needs to be trusted: checkpoints that appear only when complete, the prompt order of every epoch reproducible
+on resume (`checkpointing`), the run's model card section (`model_card`) and, with `save_native_pth`,
+upstream's native `.pth` at every save.
+
+Where to find upstream's `train_grpo.py` here: rollouts `_generate_single_turn` (sampler: `fast_sampling`),
+rewards `_calculate_rewards` (functions: `minimind_trl.rewards`), advantages `_minimind_advantages`, loss and
+k3 KL `_compute_loss` (TRL's `grpo` loss + the MoE aux loss), saving `_save_checkpoint`.
+"""
+
+import inspect
+import json
+import os
+import shutil
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
+
+import torch
+from accelerate.utils import is_peft_model
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from .advantages import batch_renormalize, group_zscore, minimind_advantages
+from .checkpointing import (
+    RUN_INFO_NAME,
+    STAGING_DIR,
+    BatchGeometry,
+    EpochSeededRepeatSampler,
+    publish_folder,
+    write_native_weights,
+)
+from .fast_sampling import FastSampler
+from .grpo_config import MiniMindGRPOConfig
+from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings
+from .trl_overrides import reference_copy, trl_init_overrides
+
+
+class MiniMindGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` computing MiniMind's GRPO: the seed's advantages, untempered log-probs, the MoE
+    load-balancing loss of the policy forward, prompts cut from the left and generation in eval mode.
+
+    Takes `GRPOTrainer`'s arguments; `args` must be a [`MiniMindGRPOConfig`]. `model` may be a path, a Hub id
+    or an in-memory model; for the latter the frozen reference is a copy of the object itself. `run_card`
+    describes the run in the model card (`minimind-trl grpo` passes the recipe's); by default it is built from
+    the arguments given here.
+    """
+
+    _tag_names = ["trl", "grpo", "minimind"]
+    _staging_checkpoint = False  # True while the Trainer writes a checkpoint into `_staging/`
+    _staged_push = None
+    _epoch_sampler = None
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: MiniMindGRPOConfig | None = None,
+        *trl_args,
+        run_card: RunCard | None = None,
+        **trl_kwargs,
+    ):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "MiniMind"
+            args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
+        if not isinstance(args, MiniMindGRPOConfig):
+            raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
+        peft_config = bound.arguments.get("peft_config")
+        uses_peft = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
+        reference = None
+        if not isinstance(model, str) and args.beta != 0.0 and not uses_peft:
+            reference = reference_copy(model)
+        scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
+        with trl_init_overrides(scoring_temperature, reference):
+            super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
+        # TRL's own MoE aux path is Mixtral's (router logits). MiniMind has no router-logits output and returns its
+        # loss on the backbone output instead, but its config names the coefficient `router_aux_loss_coef`, and an
+        # `output_router_logits` attribute left on it (TRL's SFTTrainer sets one) would switch TRL's path on.
+        if getattr(self.model.config, "model_type", None) == "minimind":
+            self.aux_loss_enabled = False
+        self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
+        self._rewards_per_func = None
+        self._past_eos_attended = False
+        self._sampler = self._fast_sampler(args)
+        self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
+
+    # --- prompts and generation ------------------------------------------------------------------------
+
+    def _tokenize_prompts(self, prompts: list):
+        """TRL's tokenization, then each prompt cut to its last `max_prompt_length` tokens (the seed's cut)."""
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        limit = self.args.max_prompt_length
+        if limit is not None and any(len(ids) > limit for ids in prompt_ids):
+            if images is not None or multimodal_fields:
+                raise ValueError(
+                    f"max_prompt_length={limit} would cut image tokens out of a multimodal prompt; set it to None"
+                )
+            prompt_ids = [ids[-limit:] for ids in prompt_ids]
+        return prompt_ids, images, multimodal_fields
+
+    def _fast_sampler(self, args: MiniMindGRPOConfig) -> FastSampler | None:
+        """The lean sampler, where it applies (transformers generation on unpartitioned weights)."""
+        if not args.fast_sampling or self.use_vllm or args.use_transformers_continuous_batching:
+            return None
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            # ZeRO-3/FSDP gather parameters inside every forward; stock `generate` keeps the ranks in step
+            # (`synced_gpus`), the lean loop stops as soon as the local rows finish.
+            if args.sampling_weights_dtype is not None:
+                raise ValueError("sampling_weights_dtype is not supported with DeepSpeed or FSDP")
+            return None
+        dtype = getattr(torch, args.sampling_weights_dtype) if args.sampling_weights_dtype else None
+        return FastSampler(weights_dtype=dtype)
+
+    def _generate_single_turn(self, *args, **kwargs):
+        """Sample in eval mode (no dropout, no MoE load-balancing loss at every decoding step), through the lean
+        sampler when it applies."""
+        was_training = self.model.training
+        self.model.eval()
+        sampling = self._sampler.patch(self.accelerator.unwrap_model(self.model)) if self._sampler else nullcontext()
+        try:
+            with sampling:
+                return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            self.model.train(was_training)
+
+    # --- advantages ------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards_per_func = rewards_per_func  # gathered over processes; read back just below
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
+        if self.args.advantage_estimator == "minimind":
+            if rewards_per_func is None:
+                raise RuntimeError("the rewards of this batch did not go through `_calculate_rewards`")
+            output["advantages"] = self._minimind_advantages(rewards_per_func, len(output["advantages"]), mode)
+        all_advantages = self.accelerator.gather(output["advantages"])
+        if self.args.advantage_estimator == "minimind":  # the completions table shows the advantages trained on
+            logged = self._logs["advantages"]
+            for _ in range(min(len(all_advantages), len(logged))):
+                logged.pop()
+            logged.extend(all_advantages.tolist())
+        self._metrics[mode]["advantages/mean"].append(all_advantages.mean().item())
+        self._metrics[mode]["advantages/std"].append(
+            all_advantages.std().item() if all_advantages.numel() > 1 else 0.0
+        )
+        return output
+
+    def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:
+        """The seed's advantages for this process: group z-scores over the gathered batch (a group may span
+        processes), batch re-normalisation over this process's slice (the seed normalised per rank)."""
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # TRL's weighted sum
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # no function could score the row
+        stage_one = group_zscore(rewards, num_generations)
+        start = self.accelerator.process_index * num_local
+        return batch_renormalize(stage_one[start : start + num_local])
+
+    # --- loss ------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss plus MiniMind's MoE load-balancing loss, read from the policy forward that made the log-probs."""
+        if not self._adds_model_aux_loss:
+            return super()._compute_loss(model, inputs)
+        with self._captured_aux_losses() as aux_losses, self._attending_past_eos():
+            loss = super()._compute_loss(model, inputs)
+        if not aux_losses:  # the backbone carries no `aux_loss` (not a MiniMind model)
+            return loss
+        aux_loss = torch.stack(aux_losses).mean()
+        mode = "train" if self.model.training else "eval"
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # like TRL's policy loss
+        loss = loss + self.args.moe_aux_loss_weight * aux_loss.to(loss.dtype) / normalizer
+        self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if self._past_eos_attended:
+            # completion positions all visible, as in the seed's mask-free forward (see `_attending_past_eos`)
+            attention_mask = attention_mask.clone()
+            attention_mask[:, -logits_to_keep:] = 1
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+
+    @contextmanager
+    def _attending_past_eos(self):
+        """Inside the block, the policy forward attends to the padding after each completion's first EOS.
+
+        The seed's loss forward passes no attention mask. Causal attention keeps the log-probs of real completion
+        tokens independent of what follows them, so only MiniMind's MoE load-balancing loss, which upstream takes
+        over every position, sees the difference: with TRL's mask the padded positions' hidden states (and so their
+        routing) differ from the seed's. Prompt padding stays masked (a documented deviation).
+        """
+        self._past_eos_attended = True
+        try:
+            yield
+        finally:
+            self._past_eos_attended = False
+
+    @contextmanager
+    def _captured_aux_losses(self):
+        """Collect `aux_loss` from every forward of the policy's backbone inside the block (the loss's own)."""
+        policy = self.accelerator.unwrap_model(self.model)
+        policy = policy.get_base_model() if is_peft_model(policy) else policy
+        captured = []
+
+        def keep_aux_loss(module, args, output):
+            aux_loss = getattr(output, "aux_loss", None)
+            if aux_loss is not None:
+                captured.append(aux_loss)
+
+        handle = policy.base_model.register_forward_hook(keep_aux_loss)
+        try:
+            yield captured
+        finally:
+            handle.remove()
+
+
+    # --- model card ------------------------------------------------------------------------------------
+
+    def _default_run_card(self, model, peft_config) -> RunCard:
+        """What the trainer itself knows about the run: base model, reward functions and weights, LoRA, settings."""
+        base_model = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "in-memory model"
+        lora = None
+        if peft_config is not None:
+            lora = {"r": peft_config.r, "alpha": peft_config.lora_alpha, "targets": peft_config.target_modules}
+        return RunCard(
+            base_model=base_model,
+            reward_funcs=list(self.reward_func_names),
+            reward_weights=self.reward_weights.tolist(),
+            lora=lora,
+            settings=upstream_settings(self.args),
+        )
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card, plus the MiniMind GRPO section (recipe, rewards, final metrics, upstream parity)."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        section = render_run_section(self.run_card, self.state.log_history, self.hub_model_id)
+        extend_model_card(os.path.join(self.args.output_dir, "README.md"), section, self.run_card.base_model)
+
+    # --- data order and checkpoints --------------------------------------------------------------------
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, reshuffled per epoch from `seed + epoch` (see `EpochSeededRepeatSampler`)."""
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            sampler = EpochSeededRepeatSampler(
+                sampler.data_source,
+                mini_repeat_count=sampler.mini_repeat_count,
+                batch_size=sampler.batch_size,
+                repeat_count=sampler.repeat_count,
+                shuffle=sampler.shuffle,
+                seed=sampler.seed,
+            )
+            self._epoch_sampler = sampler
+        return sampler
+
+    def _run_epoch(self, *args, epoch, **kwargs):
+        if self._epoch_sampler is not None:
+            self._epoch_sampler.epoch = epoch
+        return super()._run_epoch(*args, epoch=epoch, **kwargs)
+
+    def _get_output_dir(self, trial) -> str:
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # Hub pushes of a checkpoint upload its folder in the background: start them from the final folder only.
+        if self._staging_checkpoint:
+            self._staged_push = checkpoint_folder
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's checkpoint, written into `_staging/checkpoint-N` by every rank, then published whole."""
+        run_dir = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = os.path.join(run_dir, STAGING_DIR, name), os.path.join(run_dir, name)
+        if self.args.should_save and os.path.exists(staged):
+            shutil.rmtree(staged)  # left over by a run killed while saving
+        self.accelerator.wait_for_everyone()
+
+        self._staging_checkpoint, self._staged_push = True, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_checkpoint = False
+        if self.args.should_save:
+            with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
+                json.dump(asdict(BatchGeometry.from_args(self.args)), f, indent=2)
+            if self.args.save_native_pth:  # upstream wrote its .pth at every save
+                write_native_weights(staged)
+
+        self.accelerator.wait_for_everyone()  # every rank has written its part
+        if self.args.should_save:
+            publish_folder(staged, final)
+            staging_root = os.path.dirname(staged)
+            if not os.listdir(staging_root):
+                os.rmdir(staging_root)
+            if self.state.best_model_checkpoint == staged:
+                self.state.best_model_checkpoint = final
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
+            if self._staged_push is not None:
+                super()._push_from_checkpoint(final)
+        self.accelerator.wait_for_everyone()
+
+
+__all__ = ["MiniMindGRPOConfig", "MiniMindGRPOTrainer", "minimind_advantages"]

@@ -1,0 +1,63 @@
+"""What `MiniMindGRPOTrainer` substitutes inside `GRPOTrainer.__init__`, which has no argument for it: the
+scoring temperature of the fused LM head and, for an in-memory policy, the frozen reference copy.
+"""
+
+import copy
+from contextlib import contextmanager
+
+import torch
+from trl.trainer import grpo_trainer as _trl_grpo
+
+from . import fast_logprobs
+
+
+def reference_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of an in-memory policy, taken before TRL patches its forward.
+
+    A policy handed to an earlier trainer carries instance-level forwards (TRL's fused LM head, accelerate's
+    autocast wrapper) that close over the ORIGINAL module: a deep copy would keep computing with the policy's
+    live weights. Dropping them restores the class forward on the copy.
+    """
+    if any(hasattr(parameter, "ds_id") for parameter in model.parameters()):
+        raise ValueError(
+            "The policy is an in-memory model already partitioned by DeepSpeed ZeRO-3, which cannot be copied for "
+            "the reference model; pass its path (or Hub id) so the reference is loaded like the policy."
+        )
+    reference = copy.deepcopy(model)
+    reference.__dict__.pop("_original_forward", None)
+    if not hasattr(reference, "_hf_hook"):  # accelerate's device-map hooks deep-copy correctly; keep those
+        reference.__dict__.pop("forward", None)
+    return reference.requires_grad_(False).eval()
+
+
+@contextmanager
+def trl_init_overrides(scoring_temperature: float, reference_model: torch.nn.Module | None):
+    """Two substitutions while `GRPOTrainer.__init__` runs, which has no argument for either.
+
+    * `add_fused_lm_head` gets `scoring_temperature` instead of the sampling temperature, so the loss's
+      log-probs come from untempered logits unless `tempered_logprobs` is set.
+    * For an in-memory policy TRL would reload the reference from `config._name_or_path` (empty for an
+      unsaved model, stale for a modified one); `create_model_from_path` hands it `reference_model` instead.
+    """
+    add_fused_lm_head, create_model_from_path = _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path
+    pending_reference = [reference_model] if reference_model is not None else []
+
+    def add_fused_lm_head_at_scoring_temperature(model, temperature=1.0, **kwargs):
+        # TRL's head, plus a CPU path scoring only completion positions (TRL's without Triton scores every one)
+        return fast_logprobs.add_fused_lm_head(model, temperature=scoring_temperature, **kwargs)
+
+    def create_reference_model(model_id, *args, **kwargs):
+        # Only called for the reference once the policy is an instance (TRL loads a str policy itself).
+        return pending_reference.pop() if pending_reference else create_model_from_path(model_id, *args, **kwargs)
+
+    _trl_grpo.add_fused_lm_head = add_fused_lm_head_at_scoring_temperature
+    _trl_grpo.create_model_from_path = create_reference_model
+    try:
+        yield
+    finally:
+        _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path = add_fused_lm_head, create_model_from_path
+    if pending_reference:
+        raise RuntimeError("GRPOTrainer did not build a reference model; the in-memory reference copy was unused")
+
+
+__all__ = ["reference_copy", "trl_init_overrides"]
