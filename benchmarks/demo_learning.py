@@ -7,7 +7,7 @@ the wall time and the load average the run saw.
 
 The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on the seed's 0-1.5 rule scale) for 3 seeds, in
 about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (The suite runs the default seed
-only: tests/test_demo.py's slow test.)
+only: tests/cli/test_demo.py's slow test.)
 """
 
 import argparse

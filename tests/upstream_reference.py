@@ -7,7 +7,7 @@ checkpoints the fixtures do not cover: other widths, head counts, expert counts,
 Everything is a function of a bare upstream state dict (upstream's key names) and upstream
 `MiniMindConfig` keyword arguments of one generation ("minimind2" or "minimind3"). The arithmetic runs
 in float64, so float32 rounding of upstream and of the package both sit far inside the test tolerances.
-`test_reference_reproduces_upstream_fixtures` (tests/test_convert.py) proves it on all four fixtures.
+`test_reference_reproduces_upstream_fixtures` (tests/conversion/test_convert.py) proves it on all four fixtures.
 """
 
 import math
