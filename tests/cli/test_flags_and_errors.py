@@ -59,7 +59,8 @@ def test_every_user_error_is_one_class():
         (["convert", "no/such.pth", "out"], "no/such.pth: no such checkpoint file"),
         (["export", "no/such/folder", "out", "--format", "llama"], "no config.json"),
         (["merge-lora", "no/such/adapter", "out"], "not a LoRA adapter folder"),
-        (["grpo", "--model_name_or_path", "./no/such/model", "--dataset_name", "x.jsonl", "--reward_funcs", "format"],
+        (["grpo", "--model_name_or_path", "./no/such/model", "--dataset_name", "x.jsonl", "--reward_funcs", "format",
+          "--use_cpu", "true", "--bf16", "false"],
          "model_name_or_path: ./no/such/model does not exist"),
     ],
 )  # fmt: skip

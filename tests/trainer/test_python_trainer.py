@@ -102,5 +102,5 @@ def test_python_resume_across_an_epoch_equals_the_uninterrupted_run(runs):
 def test_python_runs_get_the_run_section_in_their_model_card(runs):
     card = (runs.root / "straight" / "README.md").read_text(encoding="utf-8")
     assert CARD_SECTION_TITLE in card
-    assert "| format | 1 |" in card and "| tag_count | 1 |" in card and "| token_reward | 1 |" in card
+    assert "| format_reward | 1 |" in card and "| tag_count_reward | 1 |" in card and "| token_reward | 1 |" in card
     assert "Settings against MiniMind's `train_grpo.py`" in card
