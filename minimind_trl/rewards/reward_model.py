@@ -25,7 +25,7 @@ class Scorer(Protocol):
 
 
 def parse_prompt_turns(rendered_prompt: str) -> Conversation:
-    """The closed ChatML turns of a rendered prompt, as the seed parses them (contents stripped).
+    """The closed ChatML turns of a rendered prompt, as upstream parses them (contents stripped).
 
     The trailing `<|im_start|>assistant\\n` generation prompt has no `<|im_end|>` and is not a turn; the
     default system turn that MiniMind's chat template inserts is one.
@@ -34,29 +34,29 @@ def parse_prompt_turns(rendered_prompt: str) -> Conversation:
 
 
 def clip_score(score: float, clip: float) -> float:
-    """The seed's clipping, `max(min(score, clip), -clip)`."""
+    """Upstream's clipping, `max(min(score, clip), -clip)`."""
     return max(min(score, clip), -clip)
 
 
 class RewardModelReward:
-    """The seed's reward-model term as a TRL reward function.
+    """Upstream's reward-model term as a TRL reward function.
 
-    For each completion the conversation is rebuilt the way the seed does it: the turns parsed from the
+    For each completion the conversation is rebuilt the way upstream does it: the turns parsed from the
     *rendered* prompt (so MiniMind's default system turn is included) plus `{"role": "assistant",
     "content": completion}`. Its score is clipped to [-clip, clip]. In reasoning mode, when the completion
     contains `<answer>...</answer>`, the stripped answer is scored the same way and the term becomes
-    `(1 - answer_weight) * full + answer_weight * answer` (the seed: `0.4 * full + 0.6 * answer`).
+    `(1 - answer_weight) * full + answer_weight * answer` (upstream: `0.4 * full + 0.6 * answer`).
 
     Args:
         scorer: a `Scorer`; called once per call of this function, with all full conversations followed by
             the answer-only ones.
         tokenizer: the *policy's* tokenizer (or processor with `apply_chat_template`). Needed when TRL passes
             conversational prompts: they are rendered with the policy's chat template and
-            `add_generation_prompt=True` first, exactly as the seed's RLAIF dataset rendered them. Not needed
+            `add_generation_prompt=True` first, exactly as upstream's RLAIF dataset rendered them. Not needed
             for plain-text prompts.
-        reasoning: the seed's `--reasoning 1` (answer blending on) or `0` (full completion only).
-        clip: scores are clipped to [-clip, clip] (seed: 3.0).
-        answer_weight: weight of the answer-only score in the blend (seed: 0.6).
+        reasoning: upstream's `--reasoning 1` (answer blending on) or `0` (full completion only).
+        clip: scores are clipped to [-clip, clip] (upstream: 3.0).
+        answer_weight: weight of the answer-only score in the blend (upstream: 0.6).
         chat_template_kwargs: extra arguments for the policy's chat template (pass the same ones as the
             trainer's `chat_template_kwargs`).
         name: the `__name__` TRL logs this function under (`rewards/<name>/mean`).
@@ -88,13 +88,13 @@ class RewardModelReward:
         self.__name__ = name
 
     def prompt_turns(self, prompt: str | Conversation) -> Conversation:
-        """The seed's message list for one prompt (plain-text or conversational)."""
+        """Upstream's message list for one prompt (plain-text or conversational)."""
         if isinstance(prompt, str):
             return parse_prompt_turns(prompt)
         if self.tokenizer is None:
             raise ValueError(
                 "RewardModelReward got conversational prompts but no `tokenizer`: pass the policy's tokenizer so "
-                "the prompt can be rendered with its chat template (the seed parsed turns from the rendered prompt)"
+                "the prompt can be rendered with its chat template (upstream parsed turns from the rendered prompt)"
             )
         rendered = self.tokenizer.apply_chat_template(
             list(prompt), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
@@ -142,7 +142,7 @@ class RewardModelReward:
 def minimind_reward_funcs(
     scorer: Scorer | None = None, *, tokenizer: Any = None, reasoning: bool = True, **reward_model_kwargs
 ) -> list[Callable[..., list[float]]]:
-    """The seed's reward terms as TRL's `reward_funcs`: the two rule rewards in reasoning mode, then the
+    """Upstream's reward terms as TRL's `reward_funcs`: the two rule rewards in reasoning mode, then the
     reward-model term (omitted when `scorer` is None)."""
     funcs: list[Callable[..., list[float]]] = [format_reward, tag_count_reward] if reasoning else []
     if scorer is not None:

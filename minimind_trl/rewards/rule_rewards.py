@@ -19,7 +19,7 @@ from typing import Any
 Message = dict[str, str]
 Conversation = list[Message]
 
-# The seed's regular expressions, verbatim.
+# Upstream's regular expressions, verbatim.
 FORMAT_PATTERNS = (
     re.compile(r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$", re.S),
     re.compile(r"^<think>\n.*?\n</think>\n\n<answer>\n.*?\n</answer>$", re.S),
@@ -35,9 +35,9 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
 
     TRL passes `[{"role": "assistant", "content": text}]` for conversational datasets. With tools (multi-turn)
     the completion is `[assistant with tool_calls, tool, ..., assistant]`; the text scored is that of the last
-    assistant message (a message without a role counts as one), the final answer the seed's rules and reward
+    assistant message (a message without a role counts as one), the final answer upstream's rules and reward
     model judge: joining the turns would put tool calls and results inside the think/answer layout. `None`
-    content (a message holding only tool calls) is `""`, as the seed always had decoded text; content given
+    content (a message holding only tool calls) is `""`, as upstream always had decoded text; content given
     as text blocks is joined.
     """
     if isinstance(completion, str):
@@ -61,7 +61,7 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
 
 
 def format_reward(prompts: list, completions: list, **kwargs) -> list[float]:
-    """+0.5 when the completion is exactly a think block followed by an answer block (the seed's two patterns)."""
+    """+0.5 when the completion is exactly a think block followed by an answer block (upstream's two patterns)."""
     rewards = []
     for completion in completions:
         text = completion_text(completion)

@@ -5,7 +5,7 @@ scorer batches them through the model. Batching must not change a score: each se
 0..L-1 and is read at its own last real token whatever the padding, so batched scores equal one-at-a-time
 scores (up to float rounding of differently shaped matmuls).
 
-* `InternLM2Scorer`: InternLM2-style reward models (the seed's `internlm2-1_8b-reward`): the conversation is
+* `InternLM2Scorer`: InternLM2-style reward models (upstream's `internlm2-1_8b-reward`): the conversation is
   rendered with the reward tokenizer's chat template, tokenized without extra specials, the reward token is
   appended (unless the template already ends with it) and the model's score at that token is read. Works with
   `minimind_trl.models.internlm2_reward.InternLM2ForRewardModel` and with any model whose `forward(input_ids,
