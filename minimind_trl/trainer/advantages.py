@@ -1,21 +1,26 @@
 """MiniMind's GRPO advantages: a per-group z-score, clamped, then re-normalised over the batch.
 
-For N = B * G rewards (B prompts, G completions each, a prompt's completions adjacent) the seed computes
+For N = B * G rewards (B prompts, G completions each, a prompt's completions adjacent) upstream computes
 
     a_i = clamp((r_i - mean_g) / (std_g + 1e-4), -10, 10)        # per group g, unbiased std
     A_i = (a_i - mean(a)) / (std(a) + 1e-8)                       # over the batch, unbiased std
 
-Two stages are exposed because TRL scores the batch gathered from every process while the seed
+Two stages are exposed because TRL scores the batch gathered from every process while upstream
 normalised the second stage on each rank: the trainer runs `group_zscore` on the gathered rewards and
 `batch_renormalize` on its own slice. `minimind_advantages` is both stages on one process's batch.
 
-Beyond the seed (which would produce NaN):
+Beyond upstream:
+* A group without spread (its scorable rewards all equal, max == min) gets advantage exactly 0 from both
+  stages. Upstream means that too, but in float32 the mean of G copies of a non-representable value (0.1,
+  2.1) is often one rounding step off, so its z-score is ~1e-4 instead of 0, and when every group of the batch
+  is constant stage two scales that noise to unit size (`[0.1] * 8 + [0.3] * 8` -> +-0.968 upstream). The
+  group's zeros still count in stage two's mean and std, as upstream's exact zeros (e.g. of 0.5 rewards) do,
+  so the advantages of the groups with spread stay upstream's bit for bit whenever upstream's were exact.
 * NaN rewards mark completions no reward function could score (TRL turns `None` into NaN). They are left
   out of every mean and std and get advantage 0, so they neither move the policy nor shift the baselines.
-* A group or batch with fewer than two scorable rewards has no spread: its std counts as 0 (the seed's
-  unbiased std would be NaN), so its rows get 0 from that stage.
-Groups whose rewards are all equal give 0 as in the seed (0 / 1e-4), and a batch of equal stage-one
-values gives 0 (0 / 1e-8). On NaN-free input the operations are the seed's, in the seed's order.
+* A group or batch with fewer than two scorable rewards has no spread: its rows get 0.
+A batch of equal stage-one values gives 0 (0 / 1e-8). On NaN-free input whose groups all have spread the
+operations are upstream's, in upstream's order.
 """
 
 import torch
@@ -34,20 +39,37 @@ def _as_float(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.reshape(-1)
 
 
+def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    if num_generations < 1 or rewards.numel() % num_generations != 0:
+        raise ValueError(f"{rewards.numel()} rewards cannot be split into groups of num_generations={num_generations}")
+    return rewards.view(-1, num_generations)
+
+
+def zero_spread_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """True for every row of a group whose scorable (non-NaN) rewards are all equal, or that has fewer than
+    two of them: the groups with nothing to compare, whose advantages are exactly 0."""
+    grouped = _grouped(_as_float(rewards), num_generations)
+    scorable = ~torch.isnan(grouped)
+    highest = torch.where(scorable, grouped, -torch.inf).amax(dim=1, keepdim=True)
+    lowest = torch.where(scorable, grouped, torch.inf).amin(dim=1, keepdim=True)
+    no_spread = (highest == lowest) | (scorable.sum(dim=1, keepdim=True) < 2)
+    return no_spread.expand_as(grouped).reshape(-1)
+
+
 def group_zscore(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Stage one: per group of `num_generations` adjacent rewards, (r - mean) / (std + 1e-4) clamped to +-10.
+    """Stage one: per group of `num_generations` adjacent rewards, (r - mean) / (std + 1e-4) clamped to +-10;
+    exactly 0 for the rows of groups without spread (`zero_spread_rows`).
 
     Returns a flat tensor; rows whose reward is NaN stay NaN so the next stage can leave them out.
     """
     rewards = _as_float(rewards)
-    if num_generations < 1 or rewards.numel() % num_generations != 0:
-        raise ValueError(f"{rewards.numel()} rewards cannot be split into groups of num_generations={num_generations}")
+    grouped = _grouped(rewards, num_generations)
+    no_spread = zero_spread_rows(rewards, num_generations).view_as(grouped)
     if num_generations == 1:  # one completion per prompt: no spread, nothing to compare against
         return torch.where(torch.isnan(rewards), rewards, torch.zeros_like(rewards))
-    grouped = rewards.view(-1, num_generations)
     scorable = ~torch.isnan(grouped)
     count = scorable.sum(dim=1, keepdim=True)
-    # Groups without NaN take the seed's operations (bit for bit); the others their scorable rows' statistics.
+    # Groups without NaN take upstream's operations (bit for bit); the others their scorable rows' statistics.
     complete = count == num_generations
     masked_mean = torch.where(scorable, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
     mean = torch.where(complete, grouped.mean(dim=1, keepdim=True), masked_mean)
@@ -55,33 +77,51 @@ def group_zscore(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     masked_std = torch.where(count > 1, (squared / (count - 1).clamp(min=1)).sqrt(), 0.0)
     std = torch.where(complete, grouped.std(dim=1, keepdim=True), masked_std)
     advantages = torch.clamp((grouped - mean) / (std + GROUP_STD_EPS), -CLAMP, CLAMP)
-    return advantages.reshape(-1)  # NaN rows stay NaN (NaN - mean), for the next stage to leave out
+    # no spread: exactly 0, whatever rounding did to the mean; NaN rows stay NaN (NaN - mean) for the next stage
+    advantages = torch.where(no_spread & scorable, 0.0, advantages)
+    return advantages.reshape(-1)
 
 
-def batch_renormalize(advantages: torch.Tensor) -> torch.Tensor:
-    """Stage two: (a - mean(a)) / (std(a) + 1e-8) over the scorable rows (unbiased std); NaN rows get 0."""
+def batch_renormalize(advantages: torch.Tensor, zero_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Stage two: (a - mean(a)) / (std(a) + 1e-8) over the scorable rows (unbiased std); NaN rows get 0.
+
+    `zero_rows` (bool, same length) marks rows that come out exactly 0 although they count in the statistics:
+    the rows of groups without spread, whose 0 - mean(a) would otherwise be rounding noise.
+    """
     advantages = _as_float(advantages)
     nan = torch.isnan(advantages)
     if not nan.any():
-        if advantages.numel() < 2:  # a single row has no spread (the seed's std would be NaN)
+        if advantages.numel() < 2:  # a single row has no spread (upstream's std would be NaN)
             return torch.zeros_like(advantages)
-        return (advantages - advantages.mean()) / (advantages.std() + BATCH_STD_EPS)
-    scorable = advantages[~nan]
-    if scorable.numel() == 0:
-        return torch.zeros_like(advantages)
-    std = scorable.std() if scorable.numel() > 1 else torch.zeros((), dtype=advantages.dtype, device=advantages.device)
-    normalized = (advantages - scorable.mean()) / (std + BATCH_STD_EPS)
-    return torch.where(nan, torch.zeros_like(normalized), normalized)
+        normalized = (advantages - advantages.mean()) / (advantages.std() + BATCH_STD_EPS)
+    else:
+        scorable = advantages[~nan]
+        if scorable.numel() == 0:
+            return torch.zeros_like(advantages)
+        if scorable.numel() > 1:
+            std = scorable.std()
+        else:
+            std = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+        normalized = (advantages - scorable.mean()) / (std + BATCH_STD_EPS)
+        normalized = torch.where(nan, torch.zeros_like(normalized), normalized)
+    if zero_rows is not None:
+        zero_rows = zero_rows.reshape(-1).to(normalized.device)
+        if zero_rows.shape != normalized.shape:
+            raise ValueError(f"zero_rows has {zero_rows.numel()} rows for {normalized.numel()} advantages")
+        normalized = torch.where(zero_rows, torch.zeros_like(normalized), normalized)
+    return normalized
 
 
 def minimind_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """The seed's advantages for one process's batch of rewards, grouped by `num_generations` adjacent rows.
+    """Upstream's advantages for one process's batch of rewards, grouped by `num_generations` adjacent rows.
 
     Pure: returns a new tensor with the shape (and floating dtype) of `rewards`; integer rewards become float32.
-    NaN rewards (unscorable completions) get advantage 0 and are left out of every statistic.
+    NaN rewards (unscorable completions) and groups without spread get advantage 0; NaN rows are left out of
+    every statistic.
     """
     shape = rewards.shape
-    return batch_renormalize(group_zscore(rewards, num_generations)).view(shape)
+    stage_one = group_zscore(rewards, num_generations)
+    return batch_renormalize(stage_one, zero_spread_rows(rewards, num_generations)).view(shape)
 
 
-__all__ = ["minimind_advantages", "group_zscore", "batch_renormalize"]
+__all__ = ["minimind_advantages", "group_zscore", "batch_renormalize", "zero_spread_rows"]

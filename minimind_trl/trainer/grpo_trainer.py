@@ -26,7 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from .advantages import batch_renormalize, group_zscore, minimind_advantages
+from .advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
 from .checkpointing import (
     RUN_INFO_NAME,
     STAGING_DIR,
@@ -164,8 +164,9 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # TRL's weighted sum
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # no function could score the row
         stage_one = group_zscore(rewards, num_generations)
+        no_spread = zero_spread_rows(rewards, num_generations)
         start = self.accelerator.process_index * num_local
-        return batch_renormalize(stage_one[start : start + num_local])
+        return batch_renormalize(stage_one[start : start + num_local], no_spread[start : start + num_local])
 
     # --- loss ------------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""minimind_advantages against the seed's formula, plus the cases the seed leaves undefined (NaN, one row)."""
+"""minimind_advantages against upstream's formula, plus the cases upstream leaves undefined (NaN, one row) or
+gets wrong (groups without spread whose float32 mean is off by rounding)."""
 
 import math
 import zlib
@@ -6,7 +7,7 @@ import zlib
 import pytest
 import torch
 
-from minimind_trl.trainer.advantages import batch_renormalize, group_zscore, minimind_advantages
+from minimind_trl.trainer.advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
 from minimind_trl.trainer import minimind_advantages as exported_from_trainer
 
 
@@ -22,7 +23,8 @@ def seed_formula(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
 
 
 def loop_reference(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Independent float64 loop: statistics over the non-NaN rows only; NaN rows -> 0; no spread -> std 0."""
+    """Independent float64 loop: statistics over the non-NaN rows only; NaN rows -> 0; a group whose scorable
+    rewards are all equal (or fewer than two) -> 0 from both stages, its zeros still in stage two's statistics."""
     values = [float(v) for v in rewards.reshape(-1).tolist()]
 
     def mean_std(xs):
@@ -30,27 +32,36 @@ def loop_reference(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
         std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
         return mean, std
 
-    stage_one = []
+    stage_one, flat = [], []
     for start in range(0, len(values), num_generations):
         group = values[start : start + num_generations]
         scorable = [x for x in group if not math.isnan(x)]
-        mean, std = mean_std(scorable) if scorable else (0.0, 0.0)
+        if len(set(scorable)) <= 1 or len(scorable) < 2:
+            stage_one += [x if math.isnan(x) else 0.0 for x in group]
+            flat += [True] * len(group)
+            continue
+        mean, std = mean_std(scorable)
         stage_one += [x if math.isnan(x) else max(-10.0, min(10.0, (x - mean) / (std + 1e-4))) for x in group]
+        flat += [False] * len(group)
     scorable = [x for x in stage_one if not math.isnan(x)]
     mean, std = mean_std(scorable) if scorable else (0.0, 0.0)
-    out = [0.0 if math.isnan(x) else (x - mean) / (std + 1e-8) for x in stage_one]
+    out = [0.0 if math.isnan(x) or no_spread else (x - mean) / (std + 1e-8) for x, no_spread in zip(stage_one, flat)]
     return torch.tensor(out, dtype=torch.float64).view(rewards.shape)
 
 
 def assert_matches_seed(rewards: torch.Tensor, num_generations: int) -> None:
-    """The reusable check: on NaN-free rewards with >= 2 generations the result IS the seed's, bit for bit."""
+    """The reusable check: on NaN-free rewards with >= 2 generations the result IS upstream's, bit for bit, on
+    every group with spread; a group without spread gets exactly 0 (upstream: 0 - mean(a), rounding noise).
+    Constant groups here must be exact in float32 (multiples of 0.25), where upstream's stage one is 0 too."""
     before = rewards.clone()
     result = minimind_advantages(rewards, num_generations)
     assert torch.equal(rewards, before), "minimind_advantages must not modify its input"
     expected = seed_formula(rewards, num_generations)
     assert result.shape == rewards.shape and result.dtype == rewards.dtype
     assert torch.isfinite(result).all()
-    assert torch.equal(result, expected), (result - expected).abs().max()
+    flat = zero_spread_rows(rewards, num_generations).view(rewards.shape)
+    assert torch.equal(result[~flat], expected[~flat]), (result - expected)[~flat].abs().max()
+    assert torch.equal(result[flat], torch.zeros_like(result[flat]))
 
 
 def _rewards(kind: str, num_prompts: int, num_generations: int, generator: torch.Generator) -> torch.Tensor:
@@ -168,3 +179,65 @@ def test_bad_input_is_refused():
 
 def test_exported_from_the_trainer_module():
     assert exported_from_trainer is minimind_advantages
+
+
+# --- groups without spread: exactly 0, whatever float32 rounding does to their mean ----------------------
+
+
+def test_the_upstream_defect_constant_groups_of_0_1_and_0_3():
+    """The issue's example: upstream's formula turns two constant groups into +-0.968 for every completion."""
+    rewards = torch.tensor([0.1] * 8 + [0.3] * 8)
+    assert seed_formula(rewards, 8).abs().min().item() > 0.9  # upstream: rounding noise scaled to unit size
+    assert torch.equal(minimind_advantages(rewards, 8), torch.zeros(16))
+    assert torch.equal(group_zscore(rewards, 8), torch.zeros(16))
+
+
+CONSTANTS = (0.1, 2.1, -0.7, 0.3, 1e-3, 123.456)
+
+
+@pytest.mark.parametrize("value", CONSTANTS)
+def test_every_group_constant_gives_exact_zeros_for_every_group_size(value):
+    for num_generations in range(2, 129):
+        for num_prompts in (1, 2, 3):
+            rewards = torch.cat([torch.full((num_generations,), value + 0.2 * p) for p in range(num_prompts)])
+            assert torch.equal(group_zscore(rewards, num_generations), torch.zeros_like(rewards)), num_generations
+            assert torch.equal(minimind_advantages(rewards, num_generations), torch.zeros_like(rewards)), (
+                num_generations,
+                num_prompts,
+            )
+
+
+def test_random_floats_repeated_give_exact_zeros():
+    generator = torch.Generator().manual_seed(11)
+    for num_generations in range(2, 129):
+        values = torch.rand(4, generator=generator) * 6 - 3  # reward-model-like scores in [-3, 3]
+        rewards = values.repeat_interleave(num_generations)
+        assert torch.equal(minimind_advantages(rewards, num_generations), torch.zeros_like(rewards)), num_generations
+
+
+@pytest.mark.parametrize("value", CONSTANTS)
+def test_one_constant_group_is_zero_and_the_others_are_upstreams(value):
+    """The constant group's zeros count in stage two as upstream's exact zeros do: the other groups get exactly
+    what upstream gives when the constant is exactly representable (0.5), whatever the constant's value."""
+    generator = torch.Generator().manual_seed(zlib.crc32(str(value).encode()))
+    for num_generations in range(2, 129):
+        spread = torch.randn(2 * num_generations, generator=generator)
+        for position in (0, 1, 2):  # the constant group first, in the middle, last
+            parts = [spread[:num_generations], spread[num_generations:]]
+            rewards = torch.cat([*parts[:position], torch.full((num_generations,), value), *parts[position:]])
+            exact = torch.cat([*parts[:position], torch.full((num_generations,), 0.5), *parts[position:]])
+            got = minimind_advantages(rewards, num_generations)
+            constant = slice(position * num_generations, (position + 1) * num_generations)
+            assert torch.equal(got[constant], torch.zeros(num_generations)), (num_generations, position)
+            others = torch.ones_like(rewards, dtype=torch.bool)
+            others[constant] = False
+            assert torch.equal(got[others], seed_formula(exact, num_generations)[others]), (num_generations, position)
+
+
+def test_constant_scorable_rows_next_to_nan_rows_get_zero():
+    nan = float("nan")
+    rewards = torch.tensor([0.1, nan, 0.1, 0.1] + [2.1, 2.1, nan, nan] + [0.0, 1.0, 0.25, 0.5])
+    assert zero_spread_rows(rewards, 4).tolist() == [True] * 8 + [False] * 4
+    advantages = minimind_advantages(rewards, 4)
+    assert torch.equal(advantages[:8], torch.zeros(8))
+    torch.testing.assert_close(advantages.double(), loop_reference(rewards, 4), rtol=1e-5, atol=1e-6)

@@ -552,29 +552,76 @@ def test_log_probs_attend_with_the_mask(tokenizer, tmp_path):
     torch.testing.assert_close(batched[:1], alone, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("num_generations", [4, 8])  # 8: a prompt's group spans the two processes
-def test_advantages_group_over_the_gathered_batch_and_renormalise_per_process(num_generations):
+@pytest.mark.parametrize(
+    "num_generations, num_local",
+    [(4, 8), (8, 4), (8, 12)],
+    ids=["groups-within-processes", "half-a-group-per-process", "middle-group-spans-2-processes"],
+)
+def test_advantages_group_over_the_gathered_batch_and_renormalise_per_process(num_generations, num_local):
     generator = torch.Generator().manual_seed(3)
-    rewards_per_func = torch.rand(16, 2, generator=generator)
+    rewards_per_func = torch.rand(24, 2, generator=generator)
     rewards_per_func[5] = torch.nan  # unscorable by every function -> advantage 0
     rewards_per_func[9, 1] = torch.nan  # unscored by one function -> TRL's nansum of the others
     weights = torch.tensor([1.0, 0.5])
     total = (rewards_per_func * weights).nansum(dim=1)
     total[5] = torch.nan
     per_process = []
-    for process_index in (0, 1):
+    for process_index in range(24 // num_local):
         fake = SimpleNamespace(
             accelerator=SimpleNamespace(process_index=process_index),
             num_generations=num_generations,
             num_generations_eval=num_generations,
             reward_weights=weights,
         )
-        per_process.append(MiniMindGRPOTrainer._minimind_advantages(fake, rewards_per_func, 8, "train"))
-    assert per_process[0][5] == 0.0
-    if num_generations == 4:  # groups are process-local: each process gets the seed's advantages of its batch
-        for process_index, advantages in enumerate(per_process):
-            local = total[process_index * 8 : (process_index + 1) * 8]
-            torch.testing.assert_close(advantages, minimind_advantages(local, 4), rtol=0, atol=0)
+        per_process.append(MiniMindGRPOTrainer._minimind_advantages(fake, rewards_per_func, num_local, "train"))
+    assert per_process[5 // num_local][5 % num_local] == 0.0
+    for process_index, advantages in enumerate(per_process):
+        local = slice(process_index * num_local, (process_index + 1) * num_local)
+        if num_local % num_generations == 0:  # groups are process-local: each process gets upstream's advantages
+            torch.testing.assert_close(advantages, minimind_advantages(total[local], num_generations), rtol=0, atol=0)
+        else:  # z-scored over the whole group (gathered), then renormalised over this process's rows only
+            stage_one = torch.cat([_zscore(group) for group in total.split(num_generations)])
+            expected = _renormalise(stage_one[local])
+            torch.testing.assert_close(advantages, expected, rtol=1e-6, atol=1e-6)
+            if num_local > num_generations:  # parts of two groups: z-scoring only its own rows would differ
+                pieces = total[local].split([8, 4] if process_index == 0 else [4, 8])
+                own = _renormalise(torch.cat([_zscore(piece) for piece in pieces]))
+                assert (advantages - own).abs().max() > 1e-2
     for advantages in per_process:  # the second normalisation is per process
         scorable = advantages[advantages != 0]
         assert abs(scorable.mean().item()) < 1e-6 and abs(scorable.std().item() - 1) < 1e-5
+
+
+def _zscore(group):
+    scorable = group[~torch.isnan(group)]
+    return torch.clamp((group - scorable.mean()) / (scorable.std() + 1e-4), -10, 10)
+
+
+def _renormalise(values):
+    scorable = values[~torch.isnan(values)]
+    return torch.nan_to_num((values - scorable.mean()) / (scorable.std() + 1e-8), nan=0.0)
+
+
+@pytest.mark.parametrize("value", [0.1, 2.1, -0.7])
+def test_a_constant_group_spanning_processes_gets_exact_zeros(value):
+    """Three constant groups of 8 gathered from 2 processes of 12 rows (the middle group spans both): upstream's
+    arithmetic turns the groups' rounding noise into unit-size advantages; every process gets exact zeros."""
+    rewards_per_func = torch.tensor([value, value + 0.2, value + 0.4]).repeat_interleave(8).unsqueeze(1)
+    stage_one = _zscore_all(rewards_per_func[:, 0])
+    upstream = [(a - a.mean()) / (a.std() + 1e-8) for a in stage_one.split(12)]
+    assert max(a.abs().max().item() for a in upstream) > 0.5  # the defect this guards against
+    for process_index in range(2):
+        fake = SimpleNamespace(
+            accelerator=SimpleNamespace(process_index=process_index),
+            num_generations=8,
+            num_generations_eval=8,
+            reward_weights=torch.ones(1),
+        )
+        advantages = MiniMindGRPOTrainer._minimind_advantages(fake, rewards_per_func, 12, "train")
+        assert torch.equal(advantages, torch.zeros(12))
+
+
+def _zscore_all(rewards):
+    """Upstream's stage one over groups of 8 (no clamp binds at G = 8)."""
+    grouped = rewards.view(-1, 8)
+    return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).reshape(-1)
