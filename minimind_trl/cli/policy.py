@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..conversion.convert import convert_checkpoint
 from ..conversion.native_config import native_sidecar_path, read_config_file
 from ..errors import ModelSourceError
+from ..models.minimind.tokenization_minimind import portable_tokenizer
 
 NATIVE_SUFFIXES = (".pth", ".pt")
 CONVERTED_DIR = "_base_model"
@@ -128,6 +129,7 @@ def load_tokenizer(tokenizer_path: str, revision: str = "main"):
         tokenizer = AutoTokenizer.from_pretrained(
             tokenizer_path, revision=revision, padding_side="left", truncation_side="left"
         )
+        tokenizer = portable_tokenizer(tokenizer)  # checkpoints and Hub pushes load on transformers 4.57 too
     except (OSError, ValueError) as exc:
         raise ModelSourceError(f"cannot load a tokenizer from {tokenizer_path}: {exc}") from exc
     if not tokenizer.chat_template:

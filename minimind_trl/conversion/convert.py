@@ -16,6 +16,7 @@ from ..errors import ConversionError
 from ..loading_utils import DTYPES, check_state_dict_matches, preview, resolve_dtype, write_folder_atomically
 from ..models.minimind.configuration_minimind import MINIMIND2, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
+from ..models.minimind.tokenization_minimind import portable_tokenizer
 from .native_config import (
     EMBED_KEY,
     describe,
@@ -139,7 +140,7 @@ def _load_tokenizer(tokenizer_dir: str | Path):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        return portable_tokenizer(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
     except (OSError, ValueError) as exc:
         raise ConversionError(f"{tokenizer_dir}: cannot load a tokenizer: {exc}") from exc
 

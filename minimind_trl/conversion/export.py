@@ -29,6 +29,7 @@ from ..errors import ConversionError, ExportError
 from ..loading_utils import DTYPES, loading_info_problems, write_folder_atomically
 from ..models.minimind.configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM, MiniMindRotaryEmbedding
+from ..models.minimind.tokenization_minimind import portable_tokenizer
 from .export_native import export_native
 from .native_config import native_sidecar_path
 
@@ -204,6 +205,7 @@ def export_hf(
     if fmt not in FORMATS[1:]:
         raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     target_config = transformers_config(model.config, fmt)
+    target_config.architectures = [_target_class(fmt).__name__]  # vLLM and llama.cpp's converter read it
     dtype = model.dtype if dtype is None else dtype
     target_config.dtype = dtype
     tensors = {key: value.detach().to("cpu", dtype=dtype).contiguous() for key, value in model.state_dict().items()}
@@ -268,7 +270,7 @@ def load_minimind_folder(model_dir: str | Path) -> tuple[MiniMindForCausalLM, ob
         raise ExportError(f"{model_dir}: the weights do not match the config: {problems}")
     tokenizer = None
     if any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        tokenizer = portable_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
     return model.eval(), tokenizer
 
 

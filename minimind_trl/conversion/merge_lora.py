@@ -34,6 +34,7 @@ def merge_lora(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import minimind_trl  # noqa: F401  (registers MiniMind with the Auto classes)
+    from ..models.minimind.tokenization_minimind import portable_tokenizer
 
     config = read_adapter_config(adapter_dir)
     base = base_model or config.get("base_model_name_or_path")
@@ -49,7 +50,7 @@ def merge_lora(
     model = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype])
     merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     merged.config._name_or_path = output_dir
-    tokenizer = AutoTokenizer.from_pretrained(adapter_dir if _has_tokenizer(adapter_dir) else base)
+    tokenizer = portable_tokenizer(AutoTokenizer.from_pretrained(adapter_dir if _has_tokenizer(adapter_dir) else base))
 
     def write(folder):
         merged.save_pretrained(folder)

@@ -9,9 +9,16 @@ corpus and gives it MiniMind's specials and chat template:
   (`<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n`) when the conversation has none;
 * optionally the reasoning tags `<think>`, `</think>`, `<answer>`, `</answer>` are single *non-special*
   tokens, so TRL's `skip_special_tokens=True` decoding keeps them in the text the rule rewards read.
+
+`PortableTokenizerFast` saves its files in the form upstream's own converter writes (`tokenizer_class:
+PreTrainedTokenizerFast`, `extra_special_tokens: {}`), which transformers 4.57.x (upstream's pinned version),
+5.x and llama.cpp's `convert_hf_to_gguf.py` all read; transformers 5 alone would write `TokenizersBackend` and a
+list, which 4.57 cannot load.
 """
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -52,6 +59,64 @@ _DEFAULT_CORPUS = (
 )
 
 
+def make_tokenizer_config_portable(path: str | Path) -> None:
+    """Rewrite a saved `tokenizer_config.json` into the form transformers 4.57.x, 5.x and llama.cpp read.
+
+    * `tokenizer_class`: transformers 5's `TokenizersBackend` (no such class in 4.57) -> `PreTrainedTokenizerFast`;
+    * `extra_special_tokens`: 4.57 reads a dict of *named* model tokens; 5.x writes a list of extra specials. The
+      list moves to `additional_special_tokens` (both versions read it), the named tokens
+      (`model_specific_special_tokens`) become the dict;
+    * the chat template is also inlined, as in MiniMind's own files (llama.cpp's converter and older loaders read
+      it there; `chat_template.jinja` stays for transformers 5).
+    """
+    path = Path(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("tokenizer_class") in ("TokenizersBackend", "PortableTokenizerFast"):
+        data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = data.get("extra_special_tokens")
+    if isinstance(extra, list):
+        if extra:
+            data["additional_special_tokens"] = extra
+        extra = None
+    named = data.pop("model_specific_special_tokens", None) or {}
+    data["extra_special_tokens"] = {**named, **(extra or {})}
+    template = path.with_name(path.name.replace("tokenizer_config.json", "chat_template.jinja"))
+    if "chat_template" not in data and template.is_file():
+        data["chat_template"] = template.read_text(encoding="utf-8")
+    for key in ("backend", "is_local", "local_files_only"):  # loading-time flags transformers 5 leaks into the file
+        data.pop(key, None)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+class PortableTokenizerFast(PreTrainedTokenizerFast):
+    """transformers' fast tokenizer whose `save_pretrained` writes the portable form (`make_tokenizer_config_portable`).
+
+    Used for every tokenizer minimind-trl loads or builds, so trainer checkpoints, Hub pushes, conversions,
+    exports, merged LoRA folders and the demo all carry files that load without transformers 5.
+    """
+
+    def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
+        if push_to_hub:  # rewrite before uploading: save, fix, then push the folder
+            files = self.save_pretrained(save_directory, *args, **kwargs)
+            repo_id = kwargs.pop("repo_id", str(save_directory).split("/")[-1])
+            self.push_to_hub(repo_id, **{k: v for k, v in kwargs.items() if k in ("commit_message", "token", "private")})
+            return files
+        files = super().save_pretrained(save_directory, *args, **kwargs)
+        prefix = kwargs.get("filename_prefix") or (args[1] if len(args) > 1 else None)
+        make_tokenizer_config_portable(Path(save_directory) / f"{prefix + '-' if prefix else ''}tokenizer_config.json")
+        return files
+
+
+def portable_tokenizer(tokenizer):
+    """`tokenizer` itself, saving in the portable form when it is transformers' plain fast tokenizer.
+
+    Other classes (e.g. `Qwen2Tokenizer`) exist in both versions and keep theirs.
+    """
+    if type(tokenizer) is PreTrainedTokenizerFast:
+        tokenizer.__class__ = PortableTokenizerFast
+    return tokenizer
+
+
 def build_minimind_tokenizer(
     corpus: Iterable[str] | None = None,
     vocab_size: int = 6400,
@@ -80,7 +145,7 @@ def build_minimind_tokenizer(
     tokenizer.train_from_iterator(texts, trainer=trainer)
     if reasoning_tags:
         tokenizer.add_tokens(list(REASONING_TAGS))
-    fast = PreTrainedTokenizerFast(
+    fast = PortableTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token="<|im_start|>",
         eos_token="<|im_end|>",
@@ -93,4 +158,12 @@ def build_minimind_tokenizer(
     return fast
 
 
-__all__ = ["build_minimind_tokenizer", "MINIMIND_CHAT_TEMPLATE", "DEFAULT_SYSTEM_PROMPT", "REASONING_TAGS"]
+__all__ = [
+    "PortableTokenizerFast",
+    "make_tokenizer_config_portable",
+    "portable_tokenizer",
+    "build_minimind_tokenizer",
+    "MINIMIND_CHAT_TEMPLATE",
+    "DEFAULT_SYSTEM_PROMPT",
+    "REASONING_TAGS",
+]
