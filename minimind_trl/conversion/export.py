@@ -19,6 +19,7 @@ Qwen3-MoE's load-balancing loss averages over layers and masks padding, MiniMind
 """
 
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -33,8 +34,13 @@ from ..models.minimind.tokenization_minimind import portable_tokenizer
 from .export_native import export_native
 from .native_config import native_sidecar_path
 
-FORMATS = ("native", "llama", "qwen3", "qwen3_moe")
+FORMATS = ("native", "llama", "qwen3", "qwen3_moe", "gguf")
 VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
+YARN_LLAMA_CPP_WARNING = (
+    "warning: --format {fmt} with YaRN: transformers computes MiniMind's logits from this folder, but llama.cpp "
+    "(a GGUF converted from it, Ollama) multiplies attention by its own YaRN factor 1 + 0.1*ln(factor) and will "
+    "give other logits; `minimind-trl export --format gguf` refuses YaRN for that reason"
+)
 
 
 # --------------------------------------------------------------------------- transformers architectures
@@ -202,9 +208,11 @@ def export_hf(
     """
     from safetensors.torch import save_file
 
-    if fmt not in FORMATS[1:]:
+    if fmt not in ("llama", "qwen3", "qwen3_moe"):
         raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     target_config = transformers_config(model.config, fmt)
+    if target_config.rope_parameters["rope_type"] == "yarn":
+        print(YARN_LLAMA_CPP_WARNING.format(fmt=fmt), file=sys.stderr)
     target_config.architectures = [_target_class(fmt).__name__]  # vLLM and llama.cpp's converter read it
     dtype = model.dtype if dtype is None else dtype
     target_config.dtype = dtype
@@ -281,14 +289,16 @@ def build_parser() -> FlagParser:
     parser = FlagParser(
         prog="minimind-trl export",
         description="Export a MiniMind Hugging Face folder: native (upstream .pth), llama (MiniMind2 dense), "
-        "qwen3 (MiniMind-3 dense) or qwen3_moe (MiniMind-3 MoE) for vLLM, SGLang, llama.cpp and Ollama.",
+        "qwen3 (MiniMind-3 dense) or qwen3_moe (MiniMind-3 MoE) folders for transformers, vLLM and SGLang, or one "
+        "gguf file (llama / qwen3 / qwen3moe, with the tokenizer) for llama.cpp and Ollama.",
     )
     parser.add_argument("model_dir", help="MiniMind folder (from `minimind-trl convert`, training or save_pretrained)")
-    parser.add_argument("output", help="native: the .pth file to write; other formats: the folder to write")
+    parser.add_argument("output", help="native: the .pth file to write; gguf: the .gguf file; others: the folder")
     parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
     parser.add_argument(
-        "--dtype", default="auto", choices=[*DTYPES, "auto"],
-        help="weights dtype (default auto: the folder's; upstream's trainers save float16)",
+        "--dtype", default="auto", choices=[*DTYPES, "auto", "q8_0"],
+        help="weights dtype (default auto: the folder's; upstream's trainers save float16); gguf also takes q8_0 "
+        "(norms and the MoE router stay float32 there, as llama.cpp's converter keeps them)",
     )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace an existing output")
     parser.add_argument(
@@ -301,8 +311,18 @@ def build_parser() -> FlagParser:
 def main(argv: list[str] | None = None) -> int:
     """`minimind-trl export`; user errors raise `ConversionError` (the `minimind-trl` command reports them)."""
     args = build_parser().parse_args(argv)
-    dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
+    if args.dtype == "q8_0" and args.fmt != "gguf":
+        raise ExportError(f"--dtype q8_0 is a GGUF type; --format {args.fmt} takes {', '.join(DTYPES)} or auto")
     model, tokenizer = load_minimind_folder(args.model_dir)
+    if args.fmt == "gguf":
+        from .export_gguf import export_gguf
+
+        dtype_name = str(model.dtype).removeprefix("torch.") if args.dtype == "auto" else args.dtype
+        outtype = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0"}[dtype_name]
+        path = export_gguf(model, args.output, tokenizer, outtype=outtype, force=args.force)
+        print(f"wrote {path} ({outtype}) for llama.cpp; Ollama Modelfile: FROM {path}")
+        return 0
+    dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
     if args.fmt == "native":
         export_native(model, args.output, dtype=dtype, force=args.force)
         sidecar = native_sidecar_path(args.output)
