@@ -1,5 +1,8 @@
 """FastSampler: stock `generate`'s results for the settings it implements, stock `generate` for the rest."""
 
+import math
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -222,3 +225,86 @@ def test_peft_model_decodes_with_its_adapters(model, prompts):
         assert not torch.equal(
             lora.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config), expected
         )
+
+
+# --- what the sampler samples: first-token frequencies against the tempered top-k softmax ---------------
+
+# Dvoretzky-Kiefer-Wolfowitz: the empirical CDF of n draws strays further than sqrt(ln(2 / a) / 2n) from the
+# true CDF with probability below a, whatever the distribution (discrete ones included).
+
+
+class FixedLogits(torch.nn.Module):
+    """A stand-in decoder whose next-token logits are the same fixed vector for every row and step, so the
+    sampler's own arithmetic (temperature, top-k, the draw) is all that decides the tokens."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.config = MiniMindConfig(vocab_size=logits.numel(), hidden_size=8, num_attention_heads=2)
+        self.register_buffer("logits", logits.float())
+
+    def forward(self, input_ids, **kwargs):
+        return SimpleNamespace(logits=self.logits.expand(input_ids.shape[0], 1, -1))
+
+
+def fixed_logits() -> torch.Tensor:
+    """Logits spread like a trained model's next-token distribution (top token ~0.1-0.3)."""
+    return torch.randn(VOCAB, generator=torch.Generator().manual_seed(5)).double() * 1.6
+
+
+def tempered_top_k(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """The distribution `generate` samples from: softmax(logits / T) over the top-k tokens (ties kept)."""
+    scores = logits / temperature
+    if top_k:
+        scores = scores.masked_fill(scores < scores.topk(top_k).values[-1], float("-inf"))
+    return scores.softmax(-1)
+
+
+def cdf_distance(probabilities: torch.Tensor, reference: torch.Tensor) -> float:
+    """Largest gap between the two CDFs over the tokens in the reference's order (most likely first)."""
+    order = reference.argsort(descending=True, stable=True)
+    return (probabilities[order].cumsum(0) - reference[order].cumsum(0)).abs().max().item()
+
+
+def assert_draws_follow(tokens: torch.Tensor, expected: torch.Tensor, logits, temperature, top_k) -> None:
+    """The first tokens' empirical CDF within DKW's bound of `expected`, which the wrong distributions (no
+    temperature, no top-k cut) miss by more than three times that bound."""
+    tolerance = (math.log(2 / 1e-6) / (2 * tokens.numel())) ** 0.5  # exceeded with probability < 1e-6
+    assert cdf_distance(tempered_top_k(logits, 1.0, top_k), expected) > 3 * tolerance
+    if top_k:
+        assert cdf_distance(tempered_top_k(logits, temperature, 0), expected) > 3 * tolerance
+    frequencies = torch.bincount(tokens, minlength=expected.numel()).double() / tokens.numel()
+    assert not frequencies[expected == 0].any()  # nothing outside the top k is ever drawn
+    assert cdf_distance(frequencies, expected) <= tolerance
+
+
+def _sampling_config(temperature, top_k, draws):
+    return _config(
+        max_new_tokens=1, do_sample=True, temperature=temperature, top_k=top_k, eos_token_id=None,
+        num_return_sequences=draws,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("top_k", [0, 50])
+@pytest.mark.parametrize("temperature", [0.8, 1.3])
+def test_sampled_tokens_follow_the_tempered_top_k_distribution(temperature, top_k):
+    logits = fixed_logits()
+    decoder = FixedLogits(logits)
+    prompt = torch.tensor([[5, 6, 7]])
+    torch.manual_seed(5)
+    out = FastSampler()._sample(decoder, prompt, None, _sampling_config(temperature, top_k, 50_000))
+    assert out.shape == (50_000, 4)
+    assert_draws_follow(out[:, -1], tempered_top_k(logits, temperature, top_k), logits, temperature, top_k)
+
+
+def test_generate_through_a_real_model_samples_the_tempered_top_k_distribution(model):
+    """End to end: `generate` on a MiniMind, whose last-position logits give the expected distribution."""
+    spread = MiniMindForCausalLM(model.config).eval()
+    spread.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        spread.model.norm.weight.fill_(6.0)  # logits spread like a trained model's, not a random one's
+        prompt = torch.randint(3, VOCAB, (1, 7), generator=torch.Generator().manual_seed(5))
+        logits = spread(prompt).logits[0, -1].double()
+    torch.manual_seed(5)
+    out = FastSampler().generate(spread, input_ids=prompt, generation_config=_sampling_config(0.8, 50, 5_000))
+    assert out.shape == (5_000, 8) and torch.equal(out[:, :7], prompt.expand(5_000, -1))
+    assert_draws_follow(out[:, -1], tempered_top_k(logits, 0.8, 50), logits, 0.8, 50)
