@@ -28,7 +28,10 @@ trainer callbacks:
 
 Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
 time (steadier on a shared machine). The last line printed is one JSON object (`seed_s_per_step`,
-`ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`, `stock_speedup`, ...).
+`ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`, `stock_speedup`,
+`roofline_s_per_step`, `ours_efficiency`, ...). Before the sides run, the parent measures the roofline
+(`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's GEMM peak at the phase's
+shapes and dtype; the report prints each side's efficiency (time at peak / measured time) per phase and step.
 
     python benchmarks/grpo_step.py --threads 1                    # hidden 256, 4 layers, 128 new tokens
     python benchmarks/grpo_step.py --threads 1 --new-tokens 512 --steps 3
@@ -564,6 +567,70 @@ def report(args, results: dict) -> dict:
     return summary
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Roofline: the FLOPs of the step and this machine's GEMM peak at its shapes (benchmarks/roofline.py)
+
+
+def step_roofline(args, workdir: Path) -> dict:
+    """FLOPs per phase and the measured GEMM peak in (b)'s dtypes: decoding in the sampler's weights dtype,
+    training in `--precision`."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+
+    import minimind_trl  # noqa: F401  (registers MiniMind's config)
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from roofline import StepShapes, roofline
+
+    set_threads(args)
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "policy")
+    conversations = json.loads((workdir / "prompts.json").read_text())
+    lengths = [
+        min(66, len(tokenizer.apply_chat_template(c, tokenize=True, add_generation_prompt=True, return_dict=False)))
+        for c in conversations
+    ]  # the prompts as both loops cut them (max_prompt_length / --max_seq_len 66)
+    shapes = StepShapes.from_config(
+        AutoConfig.from_pretrained(workdir / "policy"),
+        completions=args.prompts * args.generations,
+        prompt_tokens=round(statistics.mean(lengths)),
+        new_tokens=args.new_tokens,
+        rm_hidden=args.rm_hidden_size,
+        rm_layers=args.rm_layers,
+    )
+    decode_dtype = getattr(torch, SAMPLER_DTYPES[args.sampler_dtype] or "float32")
+    train_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    roof = roofline(shapes, decode_dtype, train_dtype)
+    roof["dtypes"] = {"decode": str(decode_dtype).removeprefix("torch."), "train": str(train_dtype).removeprefix("torch.")}
+    return roof
+
+
+def report_roofline(args, roof: dict, results: dict) -> dict:
+    """Print the roofline beside each side's phase times; the JSON keys it adds."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from roofline import efficiency
+
+    phases = [name for name in PHASES if name in roof["phases"]]
+    print(
+        f"roofline (decode {roof['dtypes']['decode']}, training {roof['dtypes']['train']} GEMM peaks measured here): "
+        f"{roof['roofline_s_per_step']:.3f} s/step at peak"
+    )
+    print(f"{'':<16}{'GFLOP':>10}{'peak GF/s':>11}{'at peak s':>11}" + "".join(f"{k + ' eff':>13}" for k in results))
+    efficiencies = {key: efficiency(roof, r["phases"], r["s_per_step"]) for key, r in results.items()}
+    for name in phases:
+        p = roof["phases"][name]
+        line = f"{name:<16}{p['gflop']:>10.2f}{p['peak_gflops']:>11.1f}{p['roofline_s']:>11.3f}"
+        for key in results:
+            value = efficiencies[key]["phases"][name]
+            line += f"{value:>13.1%}" if value is not None else f"{'-':>13}"
+        print(line)
+    print(f"{'step':<16}{'':>32}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
+    summary = {"roofline_s_per_step": roof["roofline_s_per_step"], "roofline": roof}
+    for key in results:
+        summary[f"{key}_efficiency"] = efficiencies[key]["step"]
+        summary[f"{key}_phase_efficiency"] = efficiencies[key]["phases"]
+    return summary
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -579,9 +646,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         workdir = Path(tmp)
         prepare(args, workdir)
+        roof = step_roofline(args, workdir)  # measured before the sides run, on the same idle threads
         roles = [args.only] if args.only else ["seed", "ours"] + ([] if args.no_stock else ["stock"])
         results = {role: child(role, args, workdir, argv) for role in roles}
-    print(json.dumps(report(args, results)))
+    summary = report(args, results)
+    summary.update(report_roofline(args, roof, results))
+    print(json.dumps(summary))
     return 0
 
 

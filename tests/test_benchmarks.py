@@ -49,6 +49,11 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
     ):
         assert summary[key] > 0, key
     assert "(b)/(a)" in capsys.readouterr().out
+    roof = grpo_step.step_roofline(args, tmp_path)
+    assert roof["roofline_s_per_step"] > 0 and set(roof["phases"]) == {"generation", "logprobs", "backward_step", "reward"}
+    extra = grpo_step.report_roofline(args, roof, results)
+    assert extra["roofline_s_per_step"] == roof["roofline_s_per_step"] and extra["ours_efficiency"] > 0
+    assert "at peak" in capsys.readouterr().out
     # TRL's profiling class and the trainer's head builder are restored after the runs
     from trl.extras.profiling import ProfilingContext
 
@@ -163,3 +168,30 @@ def test_model_vs_llama_runs(capsys):
     summary = _last_json_line(capsys.readouterr().out)
     assert summary["max_logit_diff"] <= 1e-4 and summary["same_greedy_tokens"]
     assert {"forward_ratio", "forward_backward_ratio", "decode_ratio", "worst_ratio"} <= set(summary)
+
+
+@pytest.mark.parametrize(
+    "generation, moe", [("minimind2", False), ("minimind3", False), ("minimind2", True), ("minimind3", True)]
+)
+def test_roofline_flop_count_equals_torchs_count_of_a_real_forward(generation, moe):
+    """The roofline's FLOPs of a forward are what torch's FLOP counter counts on MiniMind itself (eager
+    attention over the full context, LM head at every position)."""
+    import torch
+    from roofline import StepShapes, forward_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+
+    config = MiniMindConfig(
+        minimind_generation=generation, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, attn_implementation="eager", use_moe=moe, num_experts=4,
+        num_experts_per_tok=2, n_shared_experts=1 if generation == "minimind2" else 0,
+    )  # fmt: skip
+    model = MiniMindForCausalLM(config).eval()
+    batch, length = 3, 11
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.randint(0, 300, (batch, length)))
+    shapes = StepShapes.from_config(config, completions=batch, prompt_tokens=length, new_tokens=0, rm_hidden=8, rm_layers=1)
+    assert forward_flops(shapes, tokens=batch * length, context=length, head_positions=batch * length) == (
+        counter.get_total_flops()
+    )

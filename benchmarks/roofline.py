@@ -1,0 +1,146 @@
+"""The roofline of one GRPO step: the FLOPs each phase must do (counted from the shapes) and this machine's GEMM
+peak at that phase's shapes and dtype (measured here, in the same run), so a timing can be read as an efficiency.
+
+Counted (multiply-adds x 2), per phase of `benchmarks/grpo_step.py`:
+
+    generation     prefill of the prompts + one decoding step per new token, for every completion (attention
+                   over the cache grows with the position); the LM head at every step (sampling needs it)
+    logprobs       one forward of the reference and one of the policy over prompt + completion; the LM head at
+                   completion positions only (what minimind-trl's log-prob head computes; TRL's stock head does
+                   every position, which this count does not charge it for)
+    backward_step  the policy's backward: twice its forward (input and weight gradients)
+    reward         the reward model's forward over its conversations (full completion + `<answer>` text)
+
+The peak is the best of several `torch.mm` timings at the phase's representative shape: decoding multiplies
+[completions, hidden] by [hidden, intermediate] (thin, bound by reading the weights), training
+[completions x tokens, hidden] by [hidden, intermediate]. It is what this CPU does at those shapes, not a
+datasheet figure, so an efficiency near 100 % means the phase runs at the speed of its GEMMs.
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepShapes:
+    """What decides a step's FLOPs."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int  # dense MLP width (MoE: the expert width)
+    vocab: int
+    experts_per_token: int  # 0 for a dense model
+    shared_experts: int
+    num_experts: int  # the router's outputs (0 for a dense model)
+    completions: int
+    prompt_tokens: int  # mean prompt length after the chat template
+    new_tokens: int
+    rm_hidden: int
+    rm_layers: int
+    rm_intermediate: int
+
+    @classmethod
+    def from_config(cls, config, completions, prompt_tokens, new_tokens, rm_hidden, rm_layers) -> "StepShapes":
+        moe = bool(getattr(config, "use_moe", False))
+        return cls(
+            hidden=config.hidden_size,
+            layers=config.num_hidden_layers,
+            heads=config.num_attention_heads,
+            kv_heads=config.num_key_value_heads,
+            head_dim=config.head_dim,
+            intermediate=config.moe_intermediate_size if moe else config.intermediate_size,
+            vocab=config.vocab_size,
+            experts_per_token=config.num_experts_per_tok if moe else 0,
+            shared_experts=config.n_shared_experts if moe else 0,
+            num_experts=config.num_experts if moe else 0,
+            completions=completions,
+            prompt_tokens=prompt_tokens,
+            new_tokens=new_tokens,
+            rm_hidden=rm_hidden,
+            rm_layers=rm_layers,
+            rm_intermediate=2 * rm_hidden,
+        )
+
+
+def layer_matmul_params(hidden, heads, kv_heads, head_dim, intermediate, mlps) -> int:
+    """Weights one token multiplies through in a layer: q, k, v, o projections and `mlps` SwiGLU MLPs."""
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    return attention + mlps * 3 * hidden * intermediate
+
+
+def forward_flops(s: StepShapes, tokens: int, context: float, head_positions: int) -> float:
+    """FLOPs of one policy forward over `tokens` tokens whose mean attention context is `context`, with the LM
+    head at `head_positions` positions."""
+    mlps = s.experts_per_token + s.shared_experts if s.experts_per_token else 1
+    router = s.hidden * s.num_experts  # the MoE gate's scores
+    per_token = layer_matmul_params(s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, mlps) + router
+    attention = 2 * s.heads * s.head_dim * context  # scores and the weighted sum, per token and layer
+    rope = s.head_dim * tokens  # the rotary frequencies' outer product with the positions, once per forward
+    return 2 * s.layers * tokens * (per_token + attention) + 2 * head_positions * s.hidden * s.vocab + rope
+
+
+def phase_flops(s: StepShapes) -> dict[str, float]:
+    rows, prompt, new = s.completions, s.prompt_tokens, s.new_tokens
+    total = prompt + new
+    prefill = forward_flops(s, rows * prompt, prompt / 2, rows)
+    decode = forward_flops(s, rows * new, prompt + new / 2, rows * new)
+    policy = forward_flops(s, rows * total, total / 2, rows * new)
+    rm_per_token = layer_matmul_params(s.rm_hidden, 4, 2, s.rm_hidden // 4, s.rm_intermediate, 1)
+    reward = 2 * 2 * rows * total * s.rm_layers * rm_per_token  # full + answer conversations, at most
+    return {"generation": prefill + decode, "logprobs": 2 * policy, "backward_step": 2 * policy, "reward": reward}
+
+
+def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20, min_seconds: float = 0.05) -> float:
+    """The best GFLOP/s of `[m, k] @ [k, n]` in `dtype` over `repeats` timed batches of calls."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=generator).to(dtype)
+    b = torch.randn(k, n, generator=generator).to(dtype)
+    torch.mm(a, b)  # warm-up: allocation, kernel choice
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.mm(a, b)
+        if time.perf_counter() - start >= min_seconds / 4 or calls >= 1 << 16:
+            break
+        calls *= 2
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.mm(a, b)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return 2 * m * k * n / best / 1e9
+
+
+def phase_peaks(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype) -> dict[str, float]:
+    """GFLOP/s this machine reaches at each phase's representative GEMM, in the phase's dtype."""
+    tokens = s.completions * (s.prompt_tokens + s.new_tokens)
+    decode = gemm_gflops(s.completions, s.hidden, s.intermediate, decode_dtype)
+    train = gemm_gflops(tokens, s.hidden, s.intermediate, train_dtype)
+    reward = gemm_gflops(tokens, s.rm_hidden, s.rm_intermediate, torch.float32)
+    return {"generation": decode, "logprobs": train, "backward_step": train, "reward": reward}
+
+
+def roofline(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype) -> dict:
+    """Per phase: FLOPs, measured peak, and the seconds the phase would take at that peak."""
+    flops, peaks = phase_flops(s), phase_peaks(s, decode_dtype, train_dtype)
+    phases = {
+        name: {"gflop": flops[name] / 1e9, "peak_gflops": peaks[name], "roofline_s": flops[name] / 1e9 / peaks[name]}
+        for name in flops
+    }
+    return {"phases": phases, "roofline_s_per_step": sum(p["roofline_s"] for p in phases.values())}
+
+
+def efficiency(roof: dict, phase_seconds: dict[str, float], step_seconds: float) -> dict:
+    """Achieved over peak, per phase (roofline seconds / measured seconds) and for the whole step."""
+    per_phase = {
+        name: (p["roofline_s"] / phase_seconds[name] if phase_seconds.get(name) else None)
+        for name, p in roof["phases"].items()
+    }
+    return {"phases": per_phase, "step": roof["roofline_s_per_step"] / step_seconds}
