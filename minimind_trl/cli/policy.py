@@ -8,10 +8,11 @@ prefix keeps it out of the Trainer's Hub uploads.
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 from ..conversion.convert import convert_checkpoint
-from ..conversion.native_config import native_sidecar_path, read_config_file
+from ..conversion.native_config import assumed_settings, native_sidecar_path, read_config_file
 from ..errors import ModelSourceError
 from ..models.minimind.tokenization_minimind import portable_tokenizer
 
@@ -78,14 +79,20 @@ def _source_fingerprint(checkpoint: str, tokenizer: str, num_attention_heads: in
 
 
 def convert_native_policy(
-    checkpoint: str, tokenizer: str, output_dir: str, num_attention_heads: int | None = None
+    checkpoint: str,
+    tokenizer: str,
+    output_dir: str,
+    num_attention_heads: int | None = None,
+    native_config: dict | None = None,
 ) -> str:
     """Convert a native `.pth` into `<output_dir>/_base_model` unless an identical conversion is already there.
 
     As `minimind-trl convert` does, settings the tensors cannot show come from the `<stem>.config.json` sidecar
-    that `minimind-trl export --format native` writes beside the checkpoint, when there is one."""
+    that `minimind-trl export --format native` writes beside the checkpoint, when there is one, and from the
+    recipe's `native_config` (which wins, as `convert --set` does); each one still assumed is said on stderr."""
     sidecar = native_sidecar_path(checkpoint)
     settings = read_config_file(sidecar) if sidecar.is_file() else {}
+    settings.update(native_config or {})
     folder = os.path.join(output_dir, CONVERTED_DIR)
     marker = os.path.join(folder, SOURCE_MARKER)
     fingerprint = _source_fingerprint(checkpoint, tokenizer, num_attention_heads, settings)
@@ -93,7 +100,7 @@ def convert_native_policy(
         with open(marker) as f:
             if json.load(f) == fingerprint:
                 return folder
-    convert_checkpoint(
+    model = convert_checkpoint(
         checkpoint,
         folder,
         num_attention_heads=num_attention_heads,
@@ -102,6 +109,8 @@ def convert_native_policy(
         dtype="float32",
         force=True,
     )
+    for line in assumed_settings(model.config, settings, num_attention_heads):
+        print(f"{checkpoint}: {line}", file=sys.stderr)
     with open(marker, "w") as f:
         json.dump(fingerprint, f, indent=2)
     return folder
@@ -112,11 +121,17 @@ def resolve_policy(model_args, script_args, training_args) -> PolicySource:
     process first."""
     name = model_args.model_name_or_path
     tokenizer = script_args.tokenizer_name_or_path
+    native_config = getattr(script_args, "native_config", None)
     if not is_native_checkpoint(name):
+        if native_config:
+            raise ModelSourceError(
+                f"native_config applies to a native .pth policy; {name} is a Hugging Face folder or Hub id whose "
+                f"config.json already records these settings (remove native_config)"
+            )
         return PolicySource(path=name, tokenizer_path=tokenizer or name, base_model=name)
     with training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy"):
         folder = convert_native_policy(
-            name, tokenizer, training_args.output_dir, script_args.native_num_attention_heads
+            name, tokenizer, training_args.output_dir, script_args.native_num_attention_heads, native_config
         )
     return PolicySource(path=folder, tokenizer_path=folder, base_model=name, native_checkpoint=name)
 

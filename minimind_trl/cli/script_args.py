@@ -50,6 +50,11 @@ class GRPOScriptArguments(ScriptArguments):
         native_num_attention_heads (`int`, *optional*):
             Query heads of a native `.pth` policy (not visible in its tensor shapes; MiniMind's default 8 when
             unset), as `minimind-trl convert --num_attention_heads`.
+        native_config (`dict` or `str`, *optional*):
+            Settings of a native `.pth` policy that its tensors cannot show, as upstream `MiniMindConfig` keywords
+            (the keys of `minimind-trl convert --set`), e.g. `{num_experts_per_tok: 2, inference_rope_scaling: true}`
+            for a MoE trained top-2 and run with YaRN. Wins over the `<stem>.config.json` sidecar. A JSON string on
+            the command line.
         callbacks (`list[str]`, *optional*):
             Extra `transformers.TrainerCallback` classes as `package.module:ClassName`, built without arguments.
     """
@@ -85,6 +90,13 @@ class GRPOScriptArguments(ScriptArguments):
     native_num_attention_heads: int | None = field(
         default=None, metadata={"help": "Query heads of a native .pth policy (MiniMind's default 8 when unset)."}
     )
+    native_config: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Settings of a native .pth policy its tensors cannot show (convert --set keys), e.g. "
+            "'{\"num_experts_per_tok\": 2, \"inference_rope_scaling\": true}'."
+        },
+    )
     callbacks: list[str] | None = field(
         default=None, metadata={"help": "Extra TrainerCallback classes as 'package.module:ClassName'."}
     )
@@ -96,6 +108,32 @@ class GRPOScriptArguments(ScriptArguments):
             raise ValueError(f"reward_model_clip must be positive, got {self.reward_model_clip}")
         if self.dataset_max_samples is not None and self.dataset_max_samples < 1:
             raise ValueError(f"dataset_max_samples must be a positive number of rows, got {self.dataset_max_samples}")
+        if self.native_config is not None:
+            self.native_config = _check_native_config(self.native_config)
+
+
+def _check_native_config(value) -> dict:
+    """A dict of upstream `MiniMindConfig` keywords (checked now, before anything loads), or a ValueError naming the key."""
+    import json
+
+    from ..conversion.native_config import ALLOWED_CONFIG_KEYS, check_option_value
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"native_config: expected a JSON object of MiniMindConfig keywords, got {value!r}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"native_config: expected a mapping of MiniMindConfig keywords, got {value!r}")
+    unknown = sorted(set(value) - ALLOWED_CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"native_config: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(ALLOWED_CONFIG_KEYS))}")
+    for key, item in value.items():
+        try:
+            check_option_value(key, item)
+        except ValueError as exc:
+            raise ValueError(f"native_config: {exc}") from exc
+    return dict(value)
 
 
 __all__ = ["GRPOScriptArguments"]

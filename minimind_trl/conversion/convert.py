@@ -14,11 +14,12 @@ from transformers.initialization import no_init_weights
 from ..cli.flags import FlagParser
 from ..errors import ConversionError
 from ..loading_utils import DTYPES, check_state_dict_matches, preview, resolve_dtype, write_folder_atomically
-from ..models.minimind.configuration_minimind import MINIMIND2, MiniMindConfig
+from ..models.minimind.configuration_minimind import MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from ..models.minimind.tokenization_minimind import portable_tokenizer
 from .native_config import (
     EMBED_KEY,
+    assumed_settings,
     describe,
     infer_config,
     native_sidecar_path,
@@ -201,10 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     config = model.config
     print(f"{args.checkpoint}: {describe(config)}")
-    if config.minimind_generation == MINIMIND2 and args.num_attention_heads is None and "num_attention_heads" not in overrides:
-        print(f"note: MiniMind2 checkpoints do not record the head count; ASSUMED upstream's default "
-              f"{config.num_attention_heads} (it fits the shapes, but so may others: pass --num_attention_heads N "
-              f"if the model was trained with another, or the logits will be wrong)")  # fmt: skip
+    for line in assumed_settings(config, overrides, args.num_attention_heads):
+        print(line)
     print(f"wrote {Path(args.output_dir)} ({str(model.dtype).removeprefix('torch.')}, safetensors)")
     return 0
 

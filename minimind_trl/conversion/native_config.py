@@ -369,6 +369,41 @@ def describe(config: MiniMindConfig) -> str:
     return ", ".join(parts)
 
 
+def assumed_settings(config: MiniMindConfig, overrides: Mapping | None = None, num_attention_heads: int | None = None):
+    """One warning line per setting the tensors cannot show that `config` took from upstream's defaults.
+
+    `overrides` are the settings the user gave (`--set`, `--config`/sidecar, the recipe's `native_config`); each
+    line names the key and how to override it, since a wrong guess loads strictly and only changes the logits.
+    """
+    given = set(overrides or {})
+    how = "convert: --set {key}=VALUE; grpo recipe: native_config: {{{key}: VALUE}}"
+    lines = []
+    if config.minimind_generation == MINIMIND2 and num_attention_heads is None and "num_attention_heads" not in given:
+        lines.append(
+            f"warning: MiniMind2 checkpoints do not record the head count; ASSUMED upstream's default "
+            f"{config.num_attention_heads} (it fits the shapes, but so may others; if the model was trained with "
+            f"another, the logits will be wrong: convert --num_attention_heads N; grpo recipe: "
+            f"native_num_attention_heads: N)"
+        )
+    if config.use_moe and "num_experts_per_tok" not in given:
+        lines.append(
+            f"warning: num_experts_per_tok={config.num_experts_per_tok} ASSUMED (MoE top-k is not in the tensors; "
+            f"upstream's default for this generation); if trained otherwise: " + how.format(key="num_experts_per_tok")
+        )
+    if not given & {"inference_rope_scaling", "rope_scaling"}:
+        lines.append(
+            f"warning: inference_rope_scaling={str(config.inference_rope_scaling).lower()} ASSUMED (YaRN is not in "
+            f"the tensors; upstream's default); if the model runs with YaRN: "
+            + how.format(key="inference_rope_scaling")
+        )
+    if "rope_theta" not in given:
+        lines.append(
+            f"warning: rope_theta={config.rope_parameters['rope_theta']:g} ASSUMED (the RoPE base is not in the "
+            f"tensors; upstream's default); if trained otherwise: " + how.format(key="rope_theta")
+        )
+    return lines
+
+
 def native_sidecar_path(checkpoint: str | Path) -> Path:
     """`m.pth` -> `m.config.json`: the upstream config kwargs `minimind-trl export --format native` writes beside it."""
     checkpoint = Path(checkpoint)
@@ -389,6 +424,7 @@ def read_config_file(path: str | Path) -> dict:
 __all__ = [
     "ALLOWED_CONFIG_KEYS",
     "EMBED_KEY",
+    "assumed_settings",
     "LM_HEAD_KEY",
     "UPSTREAM_CONFIG_KEYS",
     "check_option_value",
