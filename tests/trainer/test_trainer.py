@@ -4,6 +4,7 @@ import copy
 import gc
 import math
 import os
+import zlib
 from types import SimpleNamespace
 
 import pytest
@@ -201,6 +202,128 @@ def test_loss_and_gradients_equal_seed_arithmetic(
     expected_grads = dict(policy.named_parameters())
     for name, parameter in trainer.model.named_parameters():
         assert_relative(parameter.grad, expected_grads[name].grad, 1e-6, name)
+
+
+# --- one whole run through trainer.train(): HF's loss scaling, accumulation, TRL's shuffle and split ----------
+
+TRAIN_PROMPTS = [f"Please think step by step. Question {i}: what is {i} plus {i}?" for i in range(8)]
+
+
+def fixed_completions(prompt_ids, num_generations, seed, vocab_size):
+    """Deterministic completions per prompt (EOS at varied places, one row without EOS), cut after the first EOS
+    like TRL's generation path, and the full rows padded after EOS as the seed's loss sees them."""
+    rows = []
+    for start in range(0, len(prompt_ids), num_generations):
+        key = zlib.crc32(repr((seed, prompt_ids[start])).encode())
+        generator = torch.Generator().manual_seed(key)
+        completions = torch.randint(3, vocab_size, (num_generations, 7), generator=generator)
+        for row, eos_at in enumerate(torch.randint(0, 9, (num_generations,), generator=generator).tolist()):
+            if eos_at < 7:
+                completions[row, eos_at] = EOS
+        rows.append(completions)
+    return torch.cat(rows)
+
+
+def recording_generation(trainer, record, seed, vocab_size):
+    """Generation replaced by `fixed_completions`; every call's prompts and completions kept for the test."""
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completions = fixed_completions(prompt_ids, num_generations, seed, vocab_size)
+        mask = seed_completion_mask(completions).bool()
+        record.append((torch.tensor(prompt_ids), completions.masked_fill(~mask, PAD)))
+        return [row[m].tolist() for row, m in zip(completions, mask, strict=True)], None
+
+    trainer._generate_single_turn = generate
+
+
+def seed_run(initial, reference, generations, *, lr, steps, generations_per_step, accumulation, beta, num_generations):
+    """Upstream's training arithmetic written out: per generation batch its loss / accumulation, backward; per
+    optimizer step the gradient clipped to norm 1, torch AdamW (decay 0.01 on all but norm weights: the
+    transformers optimizer's one documented difference) and CosineAnnealingLR(T_max=steps, eta_min=lr / 10)."""
+    policy = copy.deepcopy(initial).train()
+    decay = [p for name, p in policy.named_parameters() if "norm" not in name]
+    no_decay = [p for name, p in policy.named_parameters() if "norm" in name]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
+    )
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps, eta_min=lr / 10)
+    logs = []
+    for step in range(steps):
+        step_loss = 0.0
+        for prompt_ids, completion_ids in generations[step * generations_per_step : (step + 1) * generations_per_step]:
+            rewards = torch.tensor(even_token_reward([row[row != PAD].tolist() for row in completion_ids]))
+            input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+            loss = seed_loss(
+                policy, reference, input_ids, completion_ids, rewards, num_generations, beta, accumulation, "grpo"
+            )
+            loss.backward()
+            step_loss += loss.item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0).item()
+        logs.append({"loss": step_loss, "grad_norm": grad_norm, "learning_rate": optimizer.param_groups[0]["lr"]})
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    return policy, logs
+
+
+@pytest.mark.parametrize("steps_per_generation", [1, 2], ids=["generate-per-micro-batch", "generate-once-split-in-2"])
+def test_optimizer_steps_through_train_equal_seed_arithmetic(tokenizer, tmp_path, steps_per_generation):
+    """Two optimizer steps of 2 accumulated micro-batches through `trainer.train()` end with the weights upstream's
+    arithmetic gives on the same completions. With `steps_per_generation: 2` TRL generates once per step,
+    normalises the advantages over the 16 rows, shuffles them and splits them into the 2 micro-batches; the
+    seed's per-row mean then equals one loss over the 16 rows (the two halves have equal size)."""
+    initial = tiny_model(tokenizer, seed=3)
+    reference = copy.deepcopy(initial).eval()
+    args = grpo_config(
+        tmp_path,
+        learning_rate=2e-3,
+        gradient_accumulation_steps=2,
+        steps_per_generation=steps_per_generation,
+        num_train_epochs=1,
+        save_strategy="no",
+        beta=0.02,
+    )
+    dataset = Dataset.from_list([{"prompt": text} for text in TRAIN_PROMPTS])
+    trainer = MiniMindGRPOTrainer(
+        copy.deepcopy(initial), even_token_reward, args, train_dataset=dataset, processing_class=tokenizer
+    )
+    generations = []
+    recording_generation(trainer, generations, steps_per_generation, len(tokenizer))
+    trainer.train()
+
+    assert trainer.state.global_step == 2
+    assert len(generations) == 4 // steps_per_generation
+    prompts_seen = [tuple(ids) for prompt_ids, _ in generations for ids in prompt_ids[::4].tolist()]
+    expected_prompts = [tuple(tokenizer(text)["input_ids"][-6:]) for text in TRAIN_PROMPTS]
+    assert sorted(prompts_seen) == sorted(expected_prompts)  # every prompt once, each time 4 completions
+    assert prompts_seen != expected_prompts and len(set(expected_prompts)) == 8  # TRL shuffled the prompt order
+
+    expected, expected_logs = seed_run(
+        initial,
+        reference,
+        generations,
+        lr=2e-3,
+        steps=2,
+        generations_per_step=2 // steps_per_generation,
+        accumulation=2 // steps_per_generation,
+        beta=0.02,
+        num_generations=4,
+    )
+    start = dict(initial.named_parameters())
+    trained = dict(trainer.model.named_parameters())
+    moved = 0
+    for name, parameter in expected.named_parameters():
+        expected_delta = parameter.detach() - start[name].detach()
+        delta = trained[name].detach() - start[name].detach()
+        assert_relative(delta, expected_delta, 1e-4, name)
+        moved += int(expected_delta.abs().max() > 1e-4)
+    assert moved == len(start)  # every parameter really moved (decay alone would be ~4e-5)
+    # AdamW and clipping hide a uniform scale of the gradients; the logged pre-clip norm and loss do not
+    logs = [entry for entry in trainer.state.log_history if "grad_norm" in entry]
+    for entry, seed_entry in zip(logs, expected_logs, strict=True):
+        assert entry["grad_norm"] == pytest.approx(seed_entry["grad_norm"], rel=1e-5)
+        assert entry["loss"] == pytest.approx(seed_entry["loss"], rel=1e-5, abs=1e-7)
+        assert entry["learning_rate"] == pytest.approx(seed_entry["learning_rate"], rel=1e-9)
 
 
 # --- scoring temperature, reference model ----------------------------------------------------------------
