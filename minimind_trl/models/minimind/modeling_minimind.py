@@ -21,7 +21,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as init
+
+try:
+    from transformers import initialization as init
+except ImportError as exc:  # transformers 4.x (upstream pins 4.57); this file ships in saved folders: say what to do
+    raise ImportError(
+        f"MiniMind's modeling code needs transformers>=5.24, found {__import__('transformers').__version__} (it "
+        f"uses the transformers 5 cache and initialisation APIs): pip install -U 'transformers>=5.24'. On "
+        f"transformers 4.x, load a `minimind-trl export --format llama/qwen3/qwen3_moe` folder (no remote code)."
+    ) from exc
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
