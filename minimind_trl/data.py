@@ -69,17 +69,34 @@ def conversation_to_row(
     return {"prompt": prompt, "answer": messages[-1]["content"]}
 
 
+def _looks_utf16(head: bytes) -> bool:
+    """A UTF-16 byte-order mark, or ASCII text with a zero byte after (or before) every character."""
+    zeros = len(head) == 4 and b"\0\0" in (head[1::2], head[::2])
+    return head.startswith((b"\xff\xfe", b"\xfe\xff")) or zeros
+
+
 def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
     """(location, conversations or an exception) for each non-blank line of a JSON-lines file.
 
-    Read as `utf-8-sig`, so a byte-order mark (Windows editors write one) is not taken for bad JSON. A file
-    holding one JSON array is refused as such: its first line would otherwise read as a broken row."""
+    Each line is decoded as UTF-8 on its own (a UTF-8 byte-order mark, which Windows editors write, is dropped),
+    so a stray non-UTF-8 byte is an error naming its line (skippable like any bad row) and a UTF-16 file is
+    refused as such. A file holding one JSON array is refused too: its first line would read as a broken row."""
     first = True
-    with path.open(encoding="utf-8-sig") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        head = handle.read(4)
+        handle.seek(0)
+        if _looks_utf16(head):
+            raise RLAIFDataError(f"{path}: UTF-16 text; RLAIF data must be UTF-8 JSON Lines (re-save it as UTF-8)")
+        for line_number, raw in enumerate(handle, start=1):
+            where = f"{path}:{line_number}"
+            try:
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                byte = raw[error.start : error.start + 1].hex()
+                yield where, RLAIFDataError(f"{where}: not UTF-8 (byte 0x{byte} at byte {error.start + 1} of the line)")
+                continue
             if not line.strip():
                 continue  # blank lines hold no row
-            where = f"{path}:{line_number}"
             if first and line.lstrip().startswith("["):
                 raise RLAIFDataError(
                     f"{where}: a JSON array, not an object: RLAIF data must be JSON Lines, one "

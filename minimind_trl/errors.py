@@ -28,8 +28,16 @@ class RewardSpecError(MiniMindTRLError):
     """A reward name, weight or reward model that cannot be used; the message names it."""
 
 
+class RewardFunctionError(RewardSpecError):
+    """A reward function that raised or returned something other than one finite number (or None) per completion."""
+
+
 class ResumeError(MiniMindTRLError):
     """A checkpoint that cannot be resumed with the current arguments."""
+
+
+class OutputDirError(MiniMindTRLError):
+    """An output folder another run holds or has written to, or one that cannot be written; the message names it."""
 
 
 class PushCheckError(MiniMindTRLError):
@@ -60,9 +68,11 @@ __all__ = [
     "MergeError",
     "MiniMindTRLError",
     "ModelSourceError",
+    "OutputDirError",
     "PushCheckError",
     "RLAIFDataError",
     "RecipeError",
     "ResumeError",
+    "RewardFunctionError",
     "RewardSpecError",
 ]

@@ -9,7 +9,7 @@ from ..trainer.grpo_trainer import MiniMindGRPOTrainer
 from ..trainer.model_card import RunCard, upstream_settings
 from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
 from .recipe import Recipe
-from .run_plan import RunPlan, check_run
+from .run_plan import RunPlan, check_enough_prompts, check_run
 
 
 def load_train_dataset(script_args, training_args):
@@ -49,6 +49,7 @@ def build_from_plan(
     """Load the parts a checked plan names and construct the trainer (not yet trained)."""
     training_args.resume_from_checkpoint = plan.resume_from_checkpoint
     dataset = train_dataset if train_dataset is not None else load_train_dataset(script_args, training_args)
+    check_enough_prompts(dataset, training_args, script_args.dataset_name if train_dataset is None else None)
     policy = resolve_policy(model_args, script_args, training_args)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
     reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)

@@ -19,6 +19,7 @@ Ctrl-C during GRPO saves the current model (folder + `.pth`) into `<output-dir>/
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -267,16 +268,40 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int) ->
 # --------------------------------------------------------------------------- the run
 
 
+# What a demo run writes into its folder (the model folder, checkpoints, Ctrl-C saves, metrics, the run's lock).
+DEMO_OUTPUTS = re.compile(
+    r"^(demo_run\.json|metrics\.jsonl|reward_curve\.png|README\.md|_warm_start(\.sft)?|_staging|_minimind_run\.lock|"
+    r"checkpoint-\d+|interrupted-step-\d+|grpo_\d+(_moe)?(\.pth|\.config\.json)|config\.json|generation_config\.json|"
+    r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|(configuration|modeling)_minimind\.py|tokenizer(_config)?\.json|"
+    r"special_tokens_map\.json|chat_template\.jinja|training_args\.bin)$"
+)
+
+
 def prepare_output_dir(output_dir: Path) -> None:
-    """Create `output_dir`; replace it only if it holds an earlier demo run (never someone else's files)."""
-    if output_dir.exists() and any(output_dir.iterdir()):
-        if not (output_dir / RUN_MARKER).is_file():
-            raise DemoError(
-                f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir"
-            )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / RUN_MARKER).write_text(json.dumps({"command": "minimind-trl demo"}) + "\n")
+    """Create `output_dir`; in an earlier demo run's folder, replace what the demo wrote, and refuse when anything
+    else is there (files someone added since): never delete what the demo did not write."""
+    try:
+        if output_dir.exists() and any(output_dir.iterdir()):
+            if not (output_dir / RUN_MARKER).is_file():
+                raise DemoError(
+                    f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir"
+                )
+            others = sorted(entry.name for entry in output_dir.iterdir() if not DEMO_OUTPUTS.match(entry.name))
+            if others:
+                shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+                raise DemoError(
+                    f"--output_dir {output_dir} holds an earlier demo run and things the demo did not write ({shown}); "
+                    "move them out or pick another --output_dir (the demo replaces only its own outputs)"
+                )
+            for entry in output_dir.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / RUN_MARKER).write_text(json.dumps({"command": "minimind-trl demo"}) + "\n")
+    except OSError as exc:
+        raise DemoError(f"--output_dir {output_dir}: cannot write there ({exc.strerror}: {exc.filename})") from exc
 
 
 def save_interrupted(trainer, output_dir: Path) -> Path:
@@ -314,10 +339,12 @@ def run_demo(args: argparse.Namespace) -> int:
     from .build import build_trainer
     from .grpo import run
     from .recipe import parse_recipe
+    from .run_plan import disable_hub_telemetry
 
     started = time.time()
     output_dir = Path(args.output_dir).absolute()
     prepare_output_dir(output_dir)
+    disable_hub_telemetry()  # the demo is offline: no usage ping from TRL's trainers either
     torch.set_num_threads(args.threads)
     quiet_libraries()
     set_seed(args.seed)

@@ -13,6 +13,7 @@ import logging
 import os
 
 from ..trainer.checkpointing import write_native_weights
+from ..trainer.run_safety import output_dir_lock
 from .build import build_from_plan, build_trainer
 from .hub import check_push_on_all_ranks
 from .recipe import Recipe, parse_args, parse_recipe
@@ -24,8 +25,14 @@ logger = logging.getLogger(__name__)
 def run(trainer, script_args):
     """Train (resuming if asked), save the final model, optionally write the native `.pth` and push to the Hub."""
     args = trainer.args
+    with output_dir_lock(args.output_dir, enabled=args.should_save):  # held from training to the last file written
+        return _train_and_save(trainer, script_args)
+
+
+def _train_and_save(trainer, script_args):
+    args = trainer.args
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    trainer.save_model(args.output_dir)
+    trainer.save_model(args.output_dir)  # staged, then published file by file (`MiniMindGRPOTrainer.save_model`)
     model_name = (args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))).split("/")[-1]
     # TRL's card links `dataset_name` on the Hub: only name Hub datasets there (local data is in the run section).
     hub_dataset = None if os.path.exists(script_args.dataset_name or "") else script_args.dataset_name

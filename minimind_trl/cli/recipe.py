@@ -65,13 +65,83 @@ def check_recipe_keys(parser, path: str) -> str:
     if node is None or not isinstance(node, yaml.MappingNode):
         raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
     known = {action.dest for action in parser._actions} | {"env"}
-    for key_node, _ in node.value:
-        key = key_node.value
+    types = field_types(parser)
+    seen: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key, line = key_node.value, key_node.start_mark.line + 1
+        if key in seen:
+            raise RecipeError(
+                f"{path}:{line}: key {key!r} is given twice (lines {seen[key]} and {line}); YAML would silently keep "
+                "the later one. Keep one."
+            )
+        seen[key] = line
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise RecipeError(f"{path}:{key_node.start_mark.line + 1}: unknown key {key!r}{hint}")
+            raise RecipeError(f"{path}:{line}: unknown key {key!r}{hint}")
+        if key in types:
+            value = yaml.safe_load(yaml.serialize(value_node))
+            problem = value_problem(key, value, types[key])
+            if problem:
+                raise RecipeError(f"{path}:{value_node.start_mark.line + 1}: {key}: {problem}")
     return text
+
+
+# Counts that must be at least this (0 or less would divide by zero or train nothing after the models load).
+MINIMUMS = {
+    "num_generations": 1,
+    "per_device_train_batch_size": 1,
+    "gradient_accumulation_steps": 1,
+    "steps_per_generation": 1,
+    "generation_batch_size": 1,
+    "num_iterations": 1,
+    "max_completion_length": 1,
+    "num_train_epochs": 0,
+    "learning_rate": 0,
+}
+
+
+def field_types(parser) -> dict:
+    """Recipe key -> the annotated type of its dataclass field."""
+    import typing
+
+    types = {}
+    for dataclass_type in parser.dataclass_types:
+        types.update(typing.get_type_hints(dataclass_type))
+    return types
+
+
+def value_problem(key: str, value, annotation) -> str | None:
+    """What is wrong with a YAML value for a field of type `annotation` (None when nothing is)."""
+    import types as pytypes
+    import typing
+
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, pytypes.UnionType) else ()
+    allowed = [arg for arg in args if arg is not type(None)] if args else [annotation]
+    if value is None:
+        return None if type(None) in args else "needs a value (it cannot be empty/null)"
+    if len(allowed) != 1:
+        return None  # e.g. `dict | str`: left to the parser
+    kind = typing.get_origin(allowed[0]) or allowed[0]
+    if kind is list:
+        return None if isinstance(value, list) else f"expected a list (e.g. [{value}]), got {value!r}"
+    if kind is bool:
+        words = ("true", "false", "yes", "no", "1", "0")
+        ok = isinstance(value, bool) or (isinstance(value, str) and value.lower() in words)
+        return None if ok else f"expected true or false, got {value!r}"
+    if kind in (int, float):
+        if isinstance(value, str):
+            try:
+                value = kind(value)
+            except ValueError:
+                return f"expected {'an integer' if kind is int else 'a number'}, got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            return f"expected {'an integer' if kind is int else 'a number'}, got {value!r}"
+        if key in MINIMUMS and not value >= MINIMUMS[key]:
+            return f"must be at least {MINIMUMS[key]}, got {value!r}"
+        if key == "max_steps" and not (value == -1 or value >= 1):
+            return f"must be a positive number of steps (or -1: use num_train_epochs), got {value!r}"
+    return None
 
 
 def parse_args(argv: list[str] | None = None):

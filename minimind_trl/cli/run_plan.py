@@ -13,6 +13,7 @@ from ..errors import RecipeError
 from ..loading_utils import import_object
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
+from ..trainer.run_safety import check_output_dir, check_output_dir_free, check_resume_checkpoint
 from .policy import check_model_source
 
 DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
@@ -57,6 +58,27 @@ def check_reporting(report_to: list[str]) -> None:
             )
 
 
+def disable_hub_telemetry() -> None:
+    """Keep TRL's usage ping (`send_telemetry`) from reaching the Hub, unless the user set the variable.
+    huggingface_hub reads the setting at import, so the module's constant is set as well."""
+    from huggingface_hub import constants
+
+    if "HF_HUB_DISABLE_TELEMETRY" not in os.environ:
+        os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+        constants.HF_HUB_DISABLE_TELEMETRY = True
+
+
+def local_sources_only(script_args, model_args) -> bool:
+    """Whether the policy, tokenizer, data and reward model are all local paths (an offline run)."""
+    sources = (
+        model_args.model_name_or_path,
+        script_args.tokenizer_name_or_path,
+        script_args.dataset_name,
+        script_args.reward_model_name_or_path,
+    )
+    return all(source is None or os.path.exists(os.path.expanduser(source)) for source in sources)
+
+
 def load_callbacks(specs: list[str] | None) -> list:
     """The `package.module:ClassName` callbacks of the recipe, built without arguments."""
     return [import_object(spec, "callback", RecipeError, form="package.module:ClassName")() for spec in specs or []]
@@ -95,10 +117,37 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
             "in the accelerate config (recipes/accelerate/zero3.yaml does)"
         )
     resume = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if training_args.should_save:
+        check_output_dir_free(training_args.output_dir)
+    check_output_dir(training_args.output_dir, resume is not None, training_args.overwrite_output_dir)
     if resume is not None:
         check_resume_geometry(resume, training_args)
+        check_resume_checkpoint(resume, training_args)
     check_generation_alignment(training_args)
+    if local_sources_only(script_args, model_args):  # nothing here needs the Hub: no usage ping either
+        disable_hub_telemetry()
     return RunPlan(resume, load_callbacks(script_args.callbacks))
 
 
-__all__ = ["RunPlan", "check_dataset_source", "check_run", "looks_like_hub_dataset"]
+def check_enough_prompts(dataset, training_args, source: str | None = None) -> None:
+    """A step draws `generation_batch_size / num_generations` distinct prompts; with fewer, TRL's sampler yields
+    no batch at all and the run would save the untouched policy as its result."""
+    needed = training_args.generation_batch_size // training_args.num_generations
+    if len(dataset) < needed:
+        where = f" in {source}" if source else ""
+        raise RecipeError(
+            f"{len(dataset)} prompt(s){where}, but one step needs {needed} (generation_batch_size "
+            f"{training_args.generation_batch_size} / num_generations {training_args.num_generations}); add prompts "
+            "or lower per_device_train_batch_size / steps_per_generation (check dataset_max_samples too)"
+        )
+
+
+__all__ = [
+    "RunPlan",
+    "check_dataset_source",
+    "check_enough_prompts",
+    "check_run",
+    "disable_hub_telemetry",
+    "local_sources_only",
+    "looks_like_hub_dataset",
+]

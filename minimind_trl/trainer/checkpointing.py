@@ -95,6 +95,43 @@ def publish_folder(staged: str, final: str) -> None:
         os.replace(staged, final)
 
 
+def publish_files(staged: str, final: str) -> None:
+    """Move a complete save from `staged` into the folder `final`, which also holds other things (checkpoints).
+
+    Each file is renamed into place (never half-written), `config.json` last: a folder whose `config.json` is
+    there holds the whole model. An older `config.json` goes first, so a save interrupted midway never looks done.
+    """
+    os.makedirs(final, exist_ok=True)
+    names = sorted(os.listdir(staged), key=lambda name: name == "config.json")
+    if "config.json" in names and os.path.isfile(os.path.join(final, "config.json")):
+        os.remove(os.path.join(final, "config.json"))
+    for name in names:
+        target = os.path.join(final, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(staged, name), target)
+    os.rmdir(staged)
+    staging_root = os.path.dirname(staged)
+    if os.path.basename(staging_root) == STAGING_DIR and not os.listdir(staging_root):
+        os.rmdir(staging_root)
+
+
+def without_tied_keys(model, load_result):
+    """`load_result` less the missing keys that are tied to a loaded weight (MiniMind's `lm_head.weight` is the
+    embedding, which safetensors stores once): the Trainer would warn about them at every correct resume."""
+    tied = getattr(model, "_tied_weights_keys", None)
+    if not isinstance(tied, dict) or not load_result.missing_keys:
+        return load_result
+    params = dict(model.named_parameters(remove_duplicate=False))
+
+    def is_tied(key):
+        source = tied.get(key)
+        return source in params and key in params and params[key] is params[source]
+
+    missing = [key for key in load_result.missing_keys if not is_tied(key)]
+    return type(load_result)(missing, load_result.unexpected_keys)
+
+
 def write_native_weights(folder: str) -> str:
     """The weights saved in `folder` as upstream MiniMind's `grpo_<hidden>[_moe].pth` (fp16), in that folder.
 
@@ -143,7 +180,11 @@ def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
     if not os.path.isfile(path):
         return None
     with open(path) as f:
-        saved = BatchGeometry(**json.load(f))
+        info = json.load(f)
+    try:
+        saved = BatchGeometry(**{key: info[key] for key in BatchGeometry.__dataclass_fields__})
+    except (KeyError, TypeError) as exc:
+        raise ResumeError(f"{path} does not describe a run's batch geometry ({exc}); resume from another checkpoint")
     now = BatchGeometry.from_args(args)
     if saved.generation_batch_size != now.generation_batch_size or saved.global_batch_size != now.global_batch_size:
         per_device = saved.global_batch_size / (now.world_size * now.gradient_accumulation_steps)
@@ -205,7 +246,9 @@ __all__ = [
     "STAGING_DIR",
     "check_generation_alignment",
     "check_resume_geometry",
+    "publish_files",
     "publish_folder",
     "resolve_resume_checkpoint",
+    "without_tied_keys",
     "write_native_weights",
 ]

@@ -167,7 +167,9 @@ class FastSampler:
         eos = _eos_ids(config, device)
         pad = config.pad_token_id if config.pad_token_id is not None else (int(eos[0]) if len(eos) else 0)
         top_k = min(config.top_k or 0, model.config.get_text_config().vocab_size)
-        temperature = config.temperature if config.temperature not in (None, 0) else 1.0
+        temperature = 1.0 if config.temperature is None else config.temperature
+        if config.do_sample and not temperature > 0:  # dividing by it would invert or blow up the logits
+            raise ValueError(f"temperature must be positive for sampling, got {temperature}")
 
         decoder = self._decoder(model)
         was_training = decoder.training

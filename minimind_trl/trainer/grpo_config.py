@@ -145,6 +145,21 @@ class MiniMindGRPOConfig(GRPOConfig):
         },
     )
 
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a new run in an output_dir that holds another run's checkpoint-N folders, deleting them "
+            "(refused otherwise: a later `resume_from_checkpoint last` would continue the other run)."
+        },
+    )
+    accept_inexact_resume: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume from a checkpoint that lacks optimizer, scheduler or RNG state (refused otherwise): "
+            "training continues with fresh state and no longer matches an uninterrupted run."
+        },
+    )
+
     # TRL / transformers parameters with the seed's defaults
     learning_rate: float = field(default=8e-8, metadata={"help": "Peak learning rate of AdamW (seed: 8e-8)."})
     lr_scheduler_type: str = field(
@@ -189,6 +204,12 @@ class MiniMindGRPOConfig(GRPOConfig):
             self.steps_per_generation = 1
         super().__post_init__()
 
+        if self.temperature is None or not self.temperature > 0 or self.temperature == float("inf"):
+            raise ValueError(
+                f"temperature must be a positive number, got {self.temperature} (0 or below would sample the least "
+                "likely tokens or be taken as 1; stock `generate` refuses it too). For near-greedy sampling use a "
+                "small value such as 0.01, or top_k: 1."
+            )
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(
                 f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."

@@ -32,9 +32,13 @@ from .checkpointing import (
     STAGING_DIR,
     BatchGeometry,
     EpochSeededRepeatSampler,
+    publish_files,
     publish_folder,
+    without_tied_keys,
     write_native_weights,
 )
+from .reward_checks import check_trainer_arguments, checked_reward_funcs
+from .run_safety import guarded_run, output_dir_lock, recipe_settings
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings
@@ -65,6 +69,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         run_card: RunCard | None = None,
         **trl_kwargs,
     ):
+        check_trainer_arguments(model, reward_funcs)
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "MiniMind"
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
@@ -132,7 +137,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     # --- advantages ------------------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        with checked_reward_funcs(self, len(prompts)):  # one clear error naming the function and the step
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._rewards_per_func = rewards_per_func  # gathered over processes; read back just below
         return rewards_per_func
 
@@ -274,6 +280,35 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             self._epoch_sampler.epoch = epoch
         return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's training, holding the output folder; refuses another run's folder or an inexact resume
+        (see `run_safety.guarded_run`)."""
+        with guarded_run(self.args, resume_from_checkpoint):
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The Trainer's save, written into `<output_dir>/_staging/final` and then moved into place file by file
+        (`config.json` last), so a run killed while saving never leaves a complete-looking, truncated model."""
+        if self._staging_checkpoint:  # inside `_save_checkpoint`, which stages and publishes the whole folder
+            return super().save_model(output_dir, _internal_call)
+        final = output_dir or self.args.output_dir
+        staged = os.path.join(final, STAGING_DIR, "final")
+        with output_dir_lock(final, enabled=self.args.should_save):
+            if self.args.should_save and os.path.exists(staged):
+                shutil.rmtree(staged)  # left over by a run killed while saving
+            self.accelerator.wait_for_everyone()
+            super().save_model(staged, _internal_call=True)
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                publish_files(staged, final)
+            self.accelerator.wait_for_everyone()
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # no "missing keys: lm_head.weight" at every correct resume: it is tied to the embedding, saved once
+        super()._issue_warnings_after_load(without_tied_keys(self.model, load_result))
+
     def _get_output_dir(self, trial) -> str:
         run_dir = super()._get_output_dir(trial)
         return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
@@ -301,7 +336,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             self._staging_checkpoint = False
         if self.args.should_save:
             with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
-                json.dump(asdict(BatchGeometry.from_args(self.args)), f, indent=2)
+                run_info = {**asdict(BatchGeometry.from_args(self.args)), "recipe": recipe_settings(self.args)}
+                json.dump(run_info, f, indent=2)
             if self.args.save_native_pth:  # upstream wrote its .pth at every save
                 write_native_weights(staged)
 

@@ -1,0 +1,107 @@
+"""Checks on what users hand the trainer: its `model` and `reward_funcs` arguments, and what reward functions
+return at every step. TRL turns a wrong type into a Hub lookup (`"format"` as a reward-model id) or a tensor
+error deep in `_calculate_rewards`, and lets an infinite reward through into the advantages."""
+
+import functools
+import math
+import numbers
+from contextlib import contextmanager
+
+from ..errors import RewardFunctionError
+
+
+def check_trainer_arguments(model, reward_funcs) -> None:
+    """`TypeError`s that say what is expected, before TRL reads (or looks up on the Hub) anything."""
+    import torch.nn as nn
+
+    if not isinstance(model, (str, nn.Module)):
+        raise TypeError(
+            f"model must be a path or Hub id (str) or a loaded model (PreTrainedModel), got {type(model).__name__} "
+            f"{model!r}"
+        )
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    if reward_funcs is None or not funcs:
+        raise TypeError("reward_funcs must be a reward function or a list of them (e.g. [format_reward])")
+    from ..rewards.registry import REWARDS
+
+    for func in funcs:
+        if isinstance(func, str) and func in REWARDS:
+            raise TypeError(
+                f"reward_funcs: {func!r} is the name of a built-in reward of `minimind-trl grpo` recipes; the trainer "
+                f"takes functions: pass e.g. `from minimind_trl.rewards import {func}_reward` (a string here is a "
+                "reward-model path or Hub id)"
+            )
+        if not (isinstance(func, (str, nn.Module)) or callable(func)):
+            raise TypeError(
+                f"reward_funcs: {func!r} ({type(func).__name__}) is not a reward: expected a function returning one "
+                "number per completion, a reward model, or a reward model's path/Hub id"
+            )
+
+
+def reward_output_problem(output, expected: int) -> str | None:
+    """What is wrong with a reward function's return value (None when it is one finite number or None each)."""
+    if hasattr(output, "tolist") and not isinstance(output, (str, bytes)):  # numpy arrays, tensors
+        output = output.tolist()
+    if not isinstance(output, (list, tuple)):
+        return f"{type(output).__name__} {_short(output)} instead of a list of rewards"
+    if len(output) != expected:
+        return f"{len(output)} rewards for {expected} completions"
+    for index, value in enumerate(output):
+        if value is None:
+            continue
+        if isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
+            return f"{type(value).__name__} {_short(value)} at position {index}"
+        if math.isinf(float(value)):
+            return f"{value} at position {index} (rewards must be finite; None marks a completion it cannot score)"
+    return None
+
+
+def _short(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextmanager
+def checked_reward_funcs(trainer, expected: int):
+    """Inside the block, the trainer's plain (synchronous) reward functions check what they return and name
+    themselves and the step in any failure; reward models and async functions are left as they are."""
+    import torch.nn as nn
+    from trl.trainer.utils import is_async_callable
+
+    step = trainer.state.global_step + 1
+    original = trainer.reward_funcs
+
+    def checked(func, name):
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            try:
+                output = func(*args, **kwargs)
+            except RewardFunctionError:
+                raise
+            except Exception as exc:
+                raise RewardFunctionError(
+                    f"reward function {name} at step {step} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            problem = reward_output_problem(output, expected)
+            if problem:
+                raise RewardFunctionError(
+                    f"reward function {name} at step {step} returned {problem}; it must return one finite number "
+                    f"(or None) per completion, {expected} here"
+                )
+            return output
+
+        return call
+
+    trainer.reward_funcs = [
+        func
+        if isinstance(func, nn.Module) or is_async_callable(func) or not callable(func)
+        else checked(func, name)
+        for func, name in zip(original, trainer.reward_func_names)
+    ]
+    try:
+        yield
+    finally:
+        trainer.reward_funcs = original
+
+
+__all__ = ["check_trainer_arguments", "checked_reward_funcs", "reward_output_problem"]

@@ -1,0 +1,140 @@
+"""Bad input that used to get through: duplicate or mistyped recipe keys, and the demo's output folder holding
+files the demo did not write. Each is a one-line user error (exit 2) naming the file and line or the path."""
+
+import json
+
+import pytest
+from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
+
+from minimind_trl.cli import demo
+from minimind_trl.cli import main as cli
+from minimind_trl.errors import DemoError, RecipeError
+from minimind_trl.grpo import parse_args
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inputs")
+    return build_tiny_policy(root / "policy"), write_rlaif(root / "rlaif.jsonl")
+
+
+def recipe_with(tmp_path, tiny, extra_lines: str):
+    path = tiny_recipe(tmp_path, *tiny)
+    path.write_text(path.read_text() + extra_lines)
+    return path, len(path.read_text().splitlines())
+
+
+def test_a_key_given_twice_names_both_lines(tiny, tmp_path):
+    path, last = recipe_with(tmp_path, tiny, "learning_rate: 1.0e-30\n")
+    first = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith("learning_rate"))
+    with pytest.raises(RecipeError, match=rf"{path}:{last}: key 'learning_rate' is given twice \(lines {first} and {last}\)"):
+        parse_args(["--config", str(path)])
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("num_iterations: 4.0", "num_iterations: expected an integer, got 4.0"),
+        ("num_iterations: 0", "num_iterations: must be at least 1, got 0"),
+        ("gradient_accumulation_steps: 0", "gradient_accumulation_steps: must be at least 1, got 0"),
+        ("use_peft: maybe", "use_peft: expected true or false, got 'maybe'"),
+        ("callbacks: grpo_fixtures:RankProbe", "callbacks: expected a list"),
+    ],
+)
+def test_wrong_kinds_of_values_name_file_and_line(tiny, tmp_path, capsys, line, fragment):
+    path, last = recipe_with(tmp_path, tiny, line + "\n")
+    assert cli(["grpo", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{last}: {fragment}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "key, value, fragment",
+    [
+        ("max_steps", 2.5, "max_steps: expected an integer, got 2.5"),
+        ("num_generations", 0, "num_generations: must be at least 1, got 0"),
+        ("num_generations", 4.0, "num_generations: expected an integer, got 4.0"),
+        ("reward_funcs", "format", "reward_funcs: expected a list (e.g. [format]), got 'format'"),
+    ],
+)
+def test_values_the_tiny_recipe_sets_are_checked_too(tiny, tmp_path, key, value, fragment):
+    path = tiny_recipe(tmp_path, *tiny, **{key: value})
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith(f"{key}:"))
+    with pytest.raises(RecipeError) as caught:
+        parse_args(["--config", str(path)])
+    assert f"{path}:{line}: {fragment}" in str(caught.value)
+
+
+def test_well_typed_values_pass(tiny, tmp_path):
+    path, _ = recipe_with(tmp_path, tiny, "num_iterations: 1\nuse_peft: false\nwarmup_steps: 0\n")
+    _, training_args, model_args, _ = parse_args(["--config", str(path)])
+    assert training_args.num_iterations == 1 and model_args.use_peft is False
+
+
+# --------------------------------------------------------------------------- the demo's output folder
+
+
+def earlier_demo_run(folder):
+    """What a demo run leaves (a subset), marked as one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / demo.RUN_MARKER).write_text(json.dumps({"command": "minimind-trl demo"}))
+    for name in ("config.json", "model.safetensors", "metrics.jsonl", "grpo_64.pth", "_minimind_run.lock"):
+        (folder / name).write_text("x")
+    (folder / "checkpoint-10").mkdir()
+    (folder / "checkpoint-10" / "optimizer.pt").write_text("x")
+    return folder
+
+
+def test_the_demo_refuses_to_delete_files_added_to_an_earlier_run(tmp_path, capsys):
+    folder = earlier_demo_run(tmp_path / "out")
+    (folder / "my_notes.txt").write_text("keep me")
+    assert cli(["demo", "--output-dir", str(folder)]) == 2
+    assert "things the demo did not write (my_notes.txt)" in capsys.readouterr().err
+    assert (folder / "my_notes.txt").read_text() == "keep me" and (folder / "model.safetensors").is_file()
+
+
+def test_the_demo_run_in_the_current_folder_keeps_the_users_files(tmp_path, monkeypatch):
+    earlier_demo_run(tmp_path)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('mine')")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DemoError, match=r"did not write \(src\)"):
+        demo.prepare_output_dir(tmp_path)
+    assert (tmp_path / "src" / "train.py").is_file()
+
+
+def test_the_demo_replaces_only_its_own_earlier_outputs(tmp_path):
+    folder = earlier_demo_run(tmp_path / "out")
+    demo.prepare_output_dir(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [demo.RUN_MARKER]
+
+
+def test_an_unwritable_demo_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(DemoError, match=r"--output_dir .*file/out: cannot write there"):
+        demo.prepare_output_dir(blocker / "out")
+
+
+# --------------------------------------------------------------------------- data that is not UTF-8
+
+
+def test_a_utf16_data_file_is_named(tiny, tmp_path, capsys):
+    policy, data = tiny
+    utf16 = tmp_path / "utf16.jsonl"
+    utf16.write_text(data.read_text(encoding="utf-8"), encoding="utf-16")
+    assert cli(["grpo", "--config", str(tiny_recipe(tmp_path, policy, utf16))]) == 2
+    err = capsys.readouterr().err
+    assert f"{utf16}: UTF-16 text; RLAIF data must be UTF-8" in err and "Traceback" not in err
+
+
+def test_a_stray_latin1_byte_names_the_line_and_can_be_skipped(tmp_path):
+    from minimind_trl.data import load_rlaif_dataset
+    from minimind_trl.errors import RLAIFDataError
+
+    row = json.dumps({"conversations": [{"content": "café?"}, {"content": ""}]}, ensure_ascii=False) + "\n"
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(row.encode() + row.encode("latin-1") + row.encode())
+    with pytest.raises(RLAIFDataError, match=rf"{path}:2: not UTF-8 \(byte 0xe9"):
+        load_rlaif_dataset(path)
+    assert len(load_rlaif_dataset(path, skip_bad_rows=True)) == 2
