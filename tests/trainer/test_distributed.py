@@ -1,5 +1,6 @@
 """`accelerate launch -m minimind_trl.grpo` for real on CPU (gloo): DDP and DeepSpeed ZeRO-3 on 2 processes,
-ZeRO-2 + LoRA on 1, a 2-process checkpoint resumed on 1 process, and a batch ZeRO-3 cannot split.
+ZeRO-2 + LoRA on 1, a 2-process checkpoint resumed on 1 process, and a batch ZeRO-3 cannot split; and a
+2-process DDP run whose groups span both processes, replayed in one process.
 
 Every rank writes what it sees (process layout, parameter partitioning, prompts, completion lengths, steps,
 final weights) into JSON lines through `grpo_fixtures:RankProbe` / `grpo_fixtures:token_reward`; the tests
@@ -140,6 +141,159 @@ def test_two_process_checkpoint_resumes_on_one_process(ddp, setup, capsys):
     start = load_file(ddp.out / "checkpoint-1" / "model.safetensors")
     end = load_file(folder / "out" / "model.safetensors")
     assert max((end[k] - start[k]).abs().max().item() for k in start) > 1e-4
+
+
+SPANNING_RUN = """
+import os, sys
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+from grpo_fixtures import PROMPTS, token_reward
+from minimind_trl import MiniMindForCausalLM
+from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
+
+policy, out = sys.argv[1], sys.argv[2]
+rank = int(os.environ["RANK"])
+
+
+class Recording(MiniMindGRPOTrainer):
+    \"\"\"Saves what each rank computed: gathered rewards and its advantages (before TRL's shuffle), and every
+    loss with its inputs and the weights it was computed with.\"\"\"
+
+    calls = 0
+
+    def _calculate_rewards(self, *args):
+        self._gathered = super()._calculate_rewards(*args).clone()
+        return self._gathered
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        batch = {k: output[k] for k in ("prompt_ids", "completion_ids", "completion_mask", "advantages")}
+        torch.save({**batch, "rewards_per_func": self._gathered}, f"{out}/scored-{self.calls}-rank{rank}.pt")
+        return output
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+        weights = {k: v.detach().clone() for k, v in self.accelerator.unwrap_model(model).state_dict().items()}
+        record = {"loss": loss.item(), "weights": weights, **{k: inputs[k] for k in keys}}
+        torch.save(record, f"{out}/loss-{self.calls}-rank{rank}.pt")
+        self.calls += 1
+        return loss
+
+
+args = MiniMindGRPOConfig(
+    output_dir=f"{out}/run", use_cpu=True, bf16=False, report_to="none", save_strategy="no", max_steps=2,
+    per_device_train_batch_size=4, num_generations=8, max_completion_length=8, max_prompt_length=32,
+    optim="sgd", learning_rate=1.0, lr_scheduler_type="constant", weight_decay=0.0, beta=0.02, seed=7,
+    dataloader_num_workers=0, disable_tqdm=True,
+)
+dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS])
+trainer = Recording(
+    MiniMindForCausalLM.from_pretrained(policy), token_reward, args, train_dataset=dataset,
+    processing_class=AutoTokenizer.from_pretrained(policy),
+)
+trainer.train()
+if rank == 0:
+    torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), f"{out}/final.pt")
+"""
+
+
+def seed_rank_loss(policy, reference, batch, beta):
+    """Upstream's loss for one rank's micro-batch, from the trainer's own inputs (prompt mask kept: the documented
+    deviation; this rank's prompts are one prompt, so unpadded anyway)."""
+    import torch
+
+    n_keep = batch["completion_ids"].size(1)
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], torch.ones_like(batch["completion_mask"])], dim=1)
+
+    def logps(model):
+        logits = model(input_ids, attention_mask=attention_mask, logits_to_keep=n_keep + 1).logits[:, :-1]
+        return torch.gather(logits.log_softmax(-1), 2, input_ids[:, -n_keep:, None]).squeeze(-1)
+
+    per_token_logps = logps(policy)
+    with torch.no_grad():
+        ref_per_token_logps = logps(reference)
+    kl = ref_per_token_logps - per_token_logps
+    per_token_kl = torch.exp(kl) - kl - 1
+    advantages = batch["advantages"].unsqueeze(1)
+    per_token_loss = -(torch.exp(per_token_logps - per_token_logps.detach()) * advantages - beta * per_token_kl)
+    mask = batch["completion_mask"]
+    return ((per_token_loss * mask).sum(dim=1) / mask.sum(dim=1)).mean()
+
+
+def test_a_group_spanning_two_processes_matches_the_single_process_computation(setup):
+    """G = 8 from 2 processes x 4 rows: every prompt's group is split over both processes. Each process's
+    advantages are the group's z-scores over all 8 gathered rewards, re-normalised over its own 4 rows; its loss
+    is upstream's loss of its rows; and replaying both steps in one process (the two losses averaged, as DDP
+    averages gradients; clip 1; SGD, so the weights compare the gradients) ends with the weights the 2 processes
+    trained."""
+    import torch
+
+    from minimind_trl import MiniMindForCausalLM
+
+    folder = run_dir(setup, "spanning")
+    script = folder / "spanning_run.py"
+    script.write_text(SPANNING_RUN)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ACCELERATE_CONFIGS / "ddp.yaml"),
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
+        str(script), str(setup.policy), str(folder),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    def load(kind, call, rank):
+        return torch.load(folder / f"{kind}-{call}-rank{rank}.pt", weights_only=True)
+
+    initial = MiniMindForCausalLM.from_pretrained(setup.policy)
+    reference = MiniMindForCausalLM.from_pretrained(setup.policy).eval()
+    replay = MiniMindForCausalLM.from_pretrained(setup.policy).train()
+    optimizer = torch.optim.SGD(replay.parameters(), lr=1.0)
+    for call in range(2):
+        scored = [load("scored", call, rank) for rank in (0, 1)]
+        # one prompt, split over the processes: 4 of its completions on each
+        assert all(len(torch.unique(batch["prompt_ids"], dim=0)) == 1 for batch in scored)
+        assert torch.equal(scored[0]["prompt_ids"][0], scored[1]["prompt_ids"][0])
+        gathered = scored[0]["rewards_per_func"]
+        assert torch.equal(gathered, scored[1]["rewards_per_func"]) and gathered.shape == (8, 1)
+        rewards = gathered[:, 0].double()
+        z = (rewards - rewards.mean()) / (rewards.std() + 1e-4)  # the group's statistics, over both processes
+        for rank, batch in enumerate(scored):
+            local = z[rank * 4 : (rank + 1) * 4]
+            expected = (local - local.mean()) / (local.std() + 1e-8)
+            torch.testing.assert_close(batch["advantages"].double(), expected, rtol=1e-5, atol=1e-5)
+
+        losses = [load("loss", call, rank) for rank in (0, 1)]
+        for rank, batch in enumerate(losses):  # the weights each rank computed with are the replay's
+            assert_same_step(batch["weights"], replay.state_dict(), initial.state_dict(), moved=call > 0)
+        rank_losses = [seed_rank_loss(replay, reference, batch, beta=0.02) for batch in losses]
+        for rank, (batch, loss) in enumerate(zip(losses, rank_losses)):
+            assert batch["loss"] == pytest.approx(loss.item(), rel=1e-4, abs=1e-6), (call, rank)
+        (sum(rank_losses) / 2).backward()
+        torch.nn.utils.clip_grad_norm_(replay.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    final = torch.load(folder / "final.pt", weights_only=True)
+    assert_same_step(final, replay.state_dict(), initial.state_dict(), moved=True)
+
+
+def assert_same_step(weights, expected, start, moved):
+    """Equal weights, or (after a step) equal updates from `start`: within 1e-5 of each tensor's update, plus
+    float32 rounding of the weights themselves (~1e-7 each)."""
+    import torch
+
+    for name, tensor in expected.items():
+        delta, expected_delta = weights[name] - start[name], tensor.detach() - start[name]
+        if not moved:
+            assert torch.equal(delta, expected_delta), name
+            continue
+        assert expected_delta.norm() > 1e-4, name  # the step really moved every weight
+        rounding = 1.2e-7 * tensor.numel() ** 0.5
+        assert (delta - expected_delta).norm() <= 1e-5 * expected_delta.norm() + rounding, name
 
 
 @pytest.fixture(scope="module")
