@@ -79,8 +79,8 @@ def export_rope_parameters(config: MiniMindConfig) -> dict:
     transformers applies `rope_type="yarn"` unconditionally, so an inactive YaRN becomes plain RoPE.
     """
     rope = dict(config.rope_parameters)
-    if config.yarn_active:
-        return rope
+    if rope["rope_type"] not in ("default", "yarn") or config.yarn_active:
+        return rope  # other transformers types (checked by `check_rope_matches`) and an active YaRN: as they are
     if rope["rope_type"] == "yarn" and float(rope.get("attention_factor") or 1.0) != 1.0:
         raise ExportError(
             "YaRN with attention_factor != 1 that MiniMind does not apply to the frequencies (max_position_embeddings "

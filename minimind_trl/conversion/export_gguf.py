@@ -51,7 +51,13 @@ def gguf_architecture(config: MiniMindConfig) -> str:
         transformers_config(config, _HF_FORMAT[arch])
     except ExportError as exc:
         raise ExportError(str(exc).replace(f"--format {_HF_FORMAT[arch]}:", "--format gguf:", 1)) from exc
-    if export_rope_parameters(config)["rope_type"] != "default":
+    rope_type = export_rope_parameters(config)["rope_type"]
+    if rope_type not in ("default", "yarn"):
+        raise ExportError(
+            f"--format gguf: RoPE type {rope_type!r} is not written to GGUF (not verified against llama.cpp); "
+            f"use --format {_HF_FORMAT[arch]} (transformers, vLLM) or native"
+        )
+    if rope_type == "yarn":
         raise ExportError(
             "--format gguf: this model uses YaRN (inference_rope_scaling). llama.cpp multiplies attention by its own "
             "YaRN factor 1 + 0.1*ln(factor) whatever the file says, which MiniMind does not, so the logits would "
