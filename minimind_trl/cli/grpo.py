@@ -9,17 +9,20 @@ save (`run` below) -> hand-off (native `.pth`, `hub` push checks). Programs (the
 `parse_recipe`, `build_trainer`, `run`.
 """
 
+import errno
 import logging
 import os
 
 from ..trainer.checkpointing import write_native_weights
-from ..trainer.run_safety import output_dir_lock
+from ..errors import OutputDirError
+from ..trainer.run_safety import os_error_line, output_dir_lock
 from .build import build_from_plan, build_trainer
 from .hub import check_push_on_all_ranks
 from .recipe import Recipe, parse_args, parse_recipe
 from .run_plan import check_run
 
 logger = logging.getLogger(__name__)
+DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT)  # the location, not the program, is at fault
 
 
 def run(trainer, script_args):
@@ -58,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     script_args, training_args, model_args, recipe = parse_args(argv)
     plan = check_run(script_args, training_args, model_args)
     trainer = build_from_plan(plan, script_args, training_args, model_args, recipe=recipe)
-    run(trainer, script_args)
+    try:
+        run(trainer, script_args)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS:
+            raise
+        raise OutputDirError(f"cannot write the run's output: {os_error_line(exc)}") from exc
     if hasattr(trainer, "end"):  # transformers >= 5.18: close the trackers and the process group
         trainer.end()
     return 0

@@ -13,7 +13,7 @@ from ..errors import RecipeError
 from ..loading_utils import import_object
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
-from ..trainer.run_safety import check_output_dir, check_output_dir_free, check_resume_checkpoint
+from ..trainer.run_safety import check_output_dir, check_output_dir_free, check_resume_checkpoint, check_writable
 from .policy import check_model_source
 
 DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
@@ -118,6 +118,7 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
         )
     resume = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     if training_args.should_save:
+        check_writable(training_args.output_dir)
         check_output_dir_free(training_args.output_dir)
     check_output_dir(training_args.output_dir, resume is not None, training_args.overwrite_output_dir)
     if resume is not None:

@@ -17,6 +17,7 @@ from ..loading_utils import DTYPES, check_state_dict_matches, preview, resolve_d
 from ..models.minimind.configuration_minimind import MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from ..models.minimind.tokenization_minimind import portable_tokenizer
+from ..trainer.run_safety import check_writable, os_error_line
 from .native_config import (
     EMBED_KEY,
     assumed_settings,
@@ -72,6 +73,15 @@ def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tens
     floating = [key for key, value in state_dict.items() if not value.is_floating_point()]
     if floating:
         raise ConversionError(f"{source}: non-floating-point tensors: {preview(floating)}")
+    not_finite = {key: int((~torch.isfinite(value)).sum()) for key, value in state_dict.items()}
+    not_finite = {key: count for key, count in not_finite.items() if count}
+    if not_finite:
+        named = ", ".join(f"{key} ({count} of {state_dict[key].numel()})" for key, count in list(not_finite.items())[:5])
+        more = f" and {len(not_finite) - 5} more tensors" if len(not_finite) > 5 else ""
+        raise ConversionError(
+            f"{source}: NaN or infinite values in {named}{more}; the checkpoint is broken (a diverged or "
+            "fp16-overflowed run?): convert an earlier one"
+        )
 
 
 def model_from_state_dict(
@@ -121,6 +131,7 @@ def convert_checkpoint(
 
     Everything is read, built and checked before anything is written. Returns the loaded model.
     """
+    check_writable(str(output_dir), ConversionError, "output_dir")
     model = load_native_checkpoint(checkpoint, num_attention_heads, overrides, dtype=dtype)
     try:  # the summary the CLI prints reads every field; a config it cannot print must not be written
         describe(model.config)
@@ -133,7 +144,10 @@ def convert_checkpoint(
         if tok is not None:
             tok.save_pretrained(folder)
 
-    write_folder_atomically(output_dir, write, force=force, error=ConversionError)
+    try:  # a full disk midway leaves nothing (the folder is written aside and renamed into place)
+        write_folder_atomically(output_dir, write, force=force, error=ConversionError)
+    except OSError as exc:
+        raise ConversionError(f"{output_dir}: cannot write the converted model ({os_error_line(exc)})") from exc
     return model
 
 

@@ -7,19 +7,36 @@ is written atomically (a temporary folder renamed into place).
 """
 
 import json
+import logging
 import os
 
 from ..cli.flags import FlagParser
 from ..errors import MergeError
 from ..loading_utils import DTYPES, write_folder_atomically
+from ..trainer.run_safety import check_writable, os_error_line
+
+logger = logging.getLogger(__name__)
+
+
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def read_adapter_config(adapter_dir: str) -> dict:
+    """The adapter's `adapter_config.json`, checked to be a LoRA adapter with its weights beside it."""
     path = os.path.join(adapter_dir, "adapter_config.json")
     if not os.path.isfile(path):
         raise MergeError(f"{adapter_dir} is not a LoRA adapter folder (no adapter_config.json)")
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise MergeError(f"{path}: not a readable adapter config ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(config, dict) or config.get("peft_type", "LORA") != "LORA":
+        kind = config.get("peft_type") if isinstance(config, dict) else type(config).__name__
+        raise MergeError(f"{path}: not a LoRA adapter config (peft_type {kind!r}); merge-lora merges LoRA adapters")
+    if not any(os.path.isfile(os.path.join(adapter_dir, name)) for name in ADAPTER_WEIGHTS):
+        raise MergeError(f"{adapter_dir}: no adapter weights ({' or '.join(ADAPTER_WEIGHTS)}) beside adapter_config.json")
+    return config
 
 
 def _has_tokenizer(folder: str) -> bool:
@@ -46,9 +63,24 @@ def merge_lora(
         )
     if dtype not in DTYPES:
         raise MergeError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    recorded = config.get("base_model_name_or_path")
+    if base_model and recorded and os.path.normpath(base_model) != os.path.normpath(recorded):
+        logger.warning(
+            "--base_model %s differs from the base the adapter was trained on (%s, in adapter_config.json); the "
+            "merge is only meaningful if they hold the same weights",
+            base_model,
+            recorded,
+        )
+    check_writable(output_dir, MergeError, "output_dir")
 
     model = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype])
-    merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    try:
+        merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    except (RuntimeError, ValueError, KeyError) as exc:  # shapes or target modules of another base model
+        raise MergeError(
+            f"{adapter_dir} does not fit the base model {base} ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+            "pass the base it was trained on with --base_model"
+        ) from exc
     merged.config._name_or_path = output_dir
     tokenizer = portable_tokenizer(AutoTokenizer.from_pretrained(adapter_dir if _has_tokenizer(adapter_dir) else base))
 
@@ -56,7 +88,10 @@ def merge_lora(
         merged.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    write_folder_atomically(output_dir, write, force=force, error=MergeError)
+    try:
+        write_folder_atomically(output_dir, write, force=force, error=MergeError)
+    except OSError as exc:
+        raise MergeError(f"{output_dir}: cannot write the merged model ({os_error_line(exc)})") from exc
     return merged
 
 
