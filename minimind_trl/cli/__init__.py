@@ -17,7 +17,7 @@ SUBCOMMANDS = {
     "demo": ("minimind_trl.cli.demo", "teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes"),
     "grpo": ("minimind_trl.cli.grpo", "GRPO training from a recipe YAML (TRL's parser: YAML defaults, CLI overrides)"),
     "convert": ("minimind_trl.conversion.convert", "native MiniMind .pth -> Hugging Face folder (safetensors)"),
-    "export": ("minimind_trl.conversion.export", "Hugging Face folder -> native .pth, Llama, Qwen3 or Qwen3-MoE"),
+    "export": ("minimind_trl.conversion.export", "Hugging Face folder -> native .pth, Llama, Qwen3, Qwen3-MoE or GGUF"),
     "merge-lora": ("minimind_trl.conversion.merge_lora", "merge a LoRA adapter into its base model"),
 }
 

@@ -28,7 +28,6 @@ import torch
 from ..errors import ExportError
 from ..models.minimind.configuration_minimind import MINIMIND2, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
-from .export import export_rope_parameters, transformers_config
 from .export_native import _tmp_file
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
@@ -46,12 +45,21 @@ def _require_gguf():
 
 def gguf_architecture(config: MiniMindConfig) -> str:
     """`llama`, `qwen3` or `qwen3moe`, or an ExportError saying why llama.cpp would compute something else."""
+    if config.minimind_generation == MINIMIND2 and config.use_moe:
+        raise ExportError(
+            "--format gguf: MiniMind2 MoE cannot be written as llama.cpp's llama or qwen3moe: it adds an always-on "
+            "shared expert unweighted and has no per-head q/k RMSNorm. Possible: --format native (upstream "
+            "MiniMind), or the Hugging Face folder as is (transformers)."
+        )
     arch = "qwen3moe" if config.use_moe else ("llama" if config.minimind_generation == MINIMIND2 else "qwen3")
-    try:  # MiniMind2 MoE and other inexpressible models are refused here
-        transformers_config(config, _HF_FORMAT[arch])
-    except ExportError as exc:
-        raise ExportError(str(exc).replace(f"--format {_HF_FORMAT[arch]}:", "--format gguf:", 1)) from exc
-    rope_type = export_rope_parameters(config)["rope_type"]
+    if config.use_moe and config.n_shared_experts:
+        raise ExportError(f"--format gguf: {config.n_shared_experts} shared experts; llama.cpp's qwen3moe has none")
+    rope = config.rope_parameters
+    rope_type = rope["rope_type"]
+    if rope_type == "yarn" and not config.yarn_active:  # the table is not longer than the original: plain RoPE
+        if float(rope.get("attention_factor") or 1.0) != 1.0:
+            raise ExportError("--format gguf: an inactive YaRN with attention_factor != 1 has no GGUF equivalent")
+        rope_type = "default"
     if rope_type not in ("default", "yarn"):
         raise ExportError(
             f"--format gguf: RoPE type {rope_type!r} is not written to GGUF (not verified against llama.cpp); "
