@@ -5,9 +5,22 @@ error deep in `_calculate_rewards`, and lets an infinite reward through into the
 import functools
 import math
 import numbers
+import os
 from contextlib import contextmanager
 
-from ..errors import RewardFunctionError
+from ..errors import ModelSourceError, RewardFunctionError, RewardSpecError
+
+
+def _missing_local_path(name: str) -> bool:
+    """A string that can only be a local path (absolute, `./`, `~`, several folders, a weights file) and is not
+    there: TRL would look it up on the Hub and blame the connection."""
+    looks_local = (
+        os.path.isabs(name)
+        or name.startswith((".", "~"))
+        or name.count("/") > 1
+        or name.endswith((".pth", ".pt", ".bin", ".safetensors"))
+    )
+    return looks_local and not os.path.exists(os.path.expanduser(name))
 
 
 def check_trainer_arguments(model, reward_funcs) -> None:
@@ -19,6 +32,8 @@ def check_trainer_arguments(model, reward_funcs) -> None:
             f"model must be a path or Hub id (str) or a loaded model (PreTrainedModel), got {type(model).__name__} "
             f"{model!r}"
         )
+    if isinstance(model, str) and _missing_local_path(model):
+        raise ModelSourceError(f"model: {model} does not exist (a local path; Hub ids look like 'owner/name')")
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
     if reward_funcs is None or not funcs:
         raise TypeError("reward_funcs must be a reward function or a list of them (e.g. [format_reward])")
@@ -30,6 +45,10 @@ def check_trainer_arguments(model, reward_funcs) -> None:
                 f"reward_funcs: {func!r} is the name of a built-in reward of `minimind-trl grpo` recipes; the trainer "
                 f"takes functions: pass e.g. `from minimind_trl.rewards import {func}_reward` (a string here is a "
                 "reward-model path or Hub id)"
+            )
+        if isinstance(func, str) and _missing_local_path(func):
+            raise RewardSpecError(
+                f"reward_funcs: reward model {func} does not exist (a local path; Hub ids look like 'owner/name')"
             )
         if not (isinstance(func, (str, nn.Module)) or callable(func)):
             raise TypeError(

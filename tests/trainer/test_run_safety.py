@@ -338,6 +338,21 @@ def test_python_api_type_errors_say_what_is_expected(model, reward_funcs, fragme
         MiniMindGRPOTrainer(model=model, reward_funcs=reward_funcs, args=MiniMindGRPOConfig("out", use_cpu=True))
 
 
+@pytest.mark.parametrize(
+    "model, reward_funcs, error, fragment",
+    [
+        ("./no/such/policy", [inf_reward], "ModelSourceError", "model: ./no/such/policy does not exist"),
+        ("policy", ["models/no/such-rm"], "RewardSpecError", "reward model models/no/such-rm does not exist"),
+    ],
+)
+def test_python_api_names_a_mistyped_local_path_without_a_hub_lookup(model, reward_funcs, error, fragment):
+    from minimind_trl import errors
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    with pytest.raises(getattr(errors, error), match=fragment):
+        MiniMindGRPOTrainer(model=model, reward_funcs=reward_funcs, args=MiniMindGRPOConfig("out", use_cpu=True))
+
+
 # --------------------------------------------------------------------------- telemetry
 
 
