@@ -280,25 +280,28 @@ DEMO_OUTPUTS = re.compile(
 def prepare_output_dir(output_dir: Path) -> None:
     """Create `output_dir`; in an earlier demo run's folder, replace what the demo wrote, and refuse when anything
     else is there (files someone added since): never delete what the demo did not write."""
+    from ..trainer.run_safety import LOCK_NAME, output_dir_lock
+
     try:
-        if output_dir.exists() and any(output_dir.iterdir()):
-            if not (output_dir / RUN_MARKER).is_file():
-                raise DemoError(
-                    f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir"
-                )
-            others = sorted(entry.name for entry in output_dir.iterdir() if not DEMO_OUTPUTS.match(entry.name))
-            if others:
-                shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-                raise DemoError(
-                    f"--output_dir {output_dir} holds an earlier demo run and things the demo did not write ({shown}); "
-                    "move them out or pick another --output_dir (the demo replaces only its own outputs)"
-                )
-            for entry in output_dir.iterdir():
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
+        if output_dir.exists() and any(output_dir.iterdir()) and not (output_dir / RUN_MARKER).is_file():
+            raise DemoError(f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir")
         output_dir.mkdir(parents=True, exist_ok=True)
+        # Held until the process ends (one demo, one process): a second demo into this folder is refused instead
+        # of deleting the files of the one running. Re-entered by the GRPO run (`grpo.run`).
+        output_dir_lock(str(output_dir)).__enter__()
+        entries = [entry for entry in output_dir.iterdir() if entry.name != LOCK_NAME]
+        others = sorted(entry.name for entry in entries if not DEMO_OUTPUTS.match(entry.name))
+        if others:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise DemoError(
+                f"--output_dir {output_dir} holds an earlier demo run and things the demo did not write ({shown}); "
+                "move them out or pick another --output_dir (the demo replaces only its own outputs)"
+            )
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
         (output_dir / RUN_MARKER).write_text(json.dumps({"command": "minimind-trl demo"}) + "\n")
     except OSError as exc:
         raise DemoError(f"--output_dir {output_dir}: cannot write there ({exc.strerror}: {exc.filename})") from exc

@@ -2,14 +2,26 @@
 files the demo did not write. Each is a one-line user error (exit 2) naming the file and line or the path."""
 
 import json
+import subprocess
+import sys
 
 import pytest
-from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
+from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.cli import demo
 from minimind_trl.cli import main as cli
-from minimind_trl.errors import DemoError, RecipeError
+from minimind_trl.errors import DemoError, OutputDirError, RecipeError
 from minimind_trl.grpo import parse_args
+from minimind_trl.trainer.run_safety import LOCK_NAME
+
+# Holds the output folder's lock (as a running demo or `minimind-trl grpo` does) until stdin closes.
+HOLD_LOCK = """
+import sys
+from minimind_trl.trainer.run_safety import output_dir_lock
+with output_dir_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +118,23 @@ def test_the_demo_run_in_the_current_folder_keeps_the_users_files(tmp_path, monk
 def test_the_demo_replaces_only_its_own_earlier_outputs(tmp_path):
     folder = earlier_demo_run(tmp_path / "out")
     demo.prepare_output_dir(folder)
-    assert sorted(p.name for p in folder.iterdir()) == [demo.RUN_MARKER]
+    assert sorted(p.name for p in folder.iterdir()) == [LOCK_NAME, demo.RUN_MARKER]
+
+
+def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
+    folder = earlier_demo_run(tmp_path / "out")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=subprocess_env(),
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(OutputDirError, match=f"in use by the run of pid {holder.pid}"):
+            demo.prepare_output_dir(folder)
+        assert (folder / "model.safetensors").is_file() and (folder / "checkpoint-10" / "optimizer.pt").is_file()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 def test_an_unwritable_demo_folder_is_one_line(tmp_path):
