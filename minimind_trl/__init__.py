@@ -1,10 +1,18 @@
 """minimind-trl: MiniMind's GRPO training on Hugging Face TRL.
 
 Importing the package registers MiniMind with transformers' Auto classes, so
-`AutoModelForCausalLM.from_pretrained(folder)` works without `trust_remote_code`.
+`AutoModelForCausalLM.from_pretrained(folder)` works without `trust_remote_code`, and so do
+`AutoModelForSequenceClassification` (TRL's RewardTrainer, value models) and the other generic heads.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from .models.minimind import (
     MINIMIND2,
@@ -14,24 +22,40 @@ from .models.minimind import (
     MiniMindModel,
     MiniMindPreTrainedModel,
 )
+from .models.minimind.modeling_minimind import (
+    MiniMindForQuestionAnswering,
+    MiniMindForSequenceClassification,
+    MiniMindForTokenClassification,
+)
 
 __version__ = "0.1.0"
 
+_AUTO_CLASSES = {
+    "AutoModel": (AutoModel, MiniMindModel),
+    "AutoModelForCausalLM": (AutoModelForCausalLM, MiniMindForCausalLM),
+    "AutoModelForSequenceClassification": (AutoModelForSequenceClassification, MiniMindForSequenceClassification),
+    "AutoModelForTokenClassification": (AutoModelForTokenClassification, MiniMindForTokenClassification),
+    "AutoModelForQuestionAnswering": (AutoModelForQuestionAnswering, MiniMindForQuestionAnswering),
+}
+
 AutoConfig.register("minimind", MiniMindConfig, exist_ok=True)
-AutoModel.register(MiniMindConfig, MiniMindModel, exist_ok=True)
-AutoModelForCausalLM.register(MiniMindConfig, MiniMindForCausalLM, exist_ok=True)
+for _auto_class, _model_class in _AUTO_CLASSES.values():
+    _auto_class.register(MiniMindConfig, _model_class, exist_ok=True)
 
 # save_pretrained writes `auto_map` and copies the two self-contained modules next to the weights,
 # so people without this package can load a saved folder with trust_remote_code=True.
 MiniMindConfig.register_for_auto_class()
-MiniMindModel.register_for_auto_class("AutoModel")
-MiniMindForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+for _name, (_, _model_class) in _AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_name)
 
 __all__ = [
     "MINIMIND2",
     "MINIMIND3",
     "MiniMindConfig",
     "MiniMindForCausalLM",
+    "MiniMindForQuestionAnswering",
+    "MiniMindForSequenceClassification",
+    "MiniMindForTokenClassification",
     "MiniMindModel",
     "MiniMindPreTrainedModel",
 ]

@@ -20,6 +20,16 @@ def require_shared(path: Path) -> Path:
     pytest.skip(message)
 
 
+def pytest_configure(config):
+    """Register the markers of transformers' common suite, which tests/models/test_transformers_common.py imports
+    from ../shared (its own conftest does this in a transformers checkout)."""
+    suite_conftest = SHARED / "transformers-tests" / "conftest.py"
+    if suite_conftest.is_file():
+        namespace = {}
+        exec(compile(suite_conftest.read_text(), str(suite_conftest), "exec"), namespace)
+        namespace["pytest_configure"](config)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     import torch

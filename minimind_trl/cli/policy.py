@@ -116,6 +116,33 @@ def convert_native_policy(
     return folder
 
 
+def check_policy_weights(name_or_path: str, revision: str = "main") -> None:
+    """Refuse a MiniMind policy folder whose weights do not fit its config (wrong generation, width, missing tensors).
+
+    TRL loads the policy and the reference with a plain `from_pretrained`, which (transformers' contract) initialises
+    missing weights at random and only reports them; the loading info of one load here makes that an error.
+    """
+    from transformers import AutoConfig
+
+    from ..loading_utils import loading_info_problems, whole_model_loading
+    from ..models.minimind.modeling_minimind import MiniMindForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(name_or_path, revision=revision)
+    except (OSError, ValueError):
+        return  # not readable without remote code or the Hub: TRL's own loading reports it
+    if config.model_type != "minimind":
+        return
+    with whole_model_loading():
+        _, info = MiniMindForCausalLM.from_pretrained(name_or_path, revision=revision, output_loading_info=True)
+    problems = loading_info_problems(info)
+    if problems:
+        raise ModelSourceError(
+            f"model_name_or_path: the weights in {name_or_path} do not fit its config "
+            f"({config.minimind_generation}, hidden_size {config.hidden_size}): {problems}"
+        )
+
+
 def resolve_policy(model_args, script_args, training_args) -> PolicySource:
     """The policy's `from_pretrained` path (checked by the run plan), converting a native `.pth` on the main
     process first."""
@@ -128,6 +155,7 @@ def resolve_policy(model_args, script_args, training_args) -> PolicySource:
                 f"native_config applies to a native .pth policy; {name} is a Hugging Face folder or Hub id whose "
                 f"config.json already records these settings (remove native_config)"
             )
+        check_policy_weights(name, revision=model_args.model_revision)
         return PolicySource(path=name, tokenizer_path=tokenizer or name, base_model=name)
     with training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy"):
         folder = convert_native_policy(
@@ -181,6 +209,7 @@ __all__ = [
     "ModelSourceError",
     "PolicySource",
     "check_model_source",
+    "check_policy_weights",
     "convert_native_policy",
     "is_native_checkpoint",
     "load_tokenizer",

@@ -57,6 +57,11 @@ def upstream_config_kwargs(config: MiniMindConfig) -> dict:
 
     Also what `minimind-trl convert --config` accepts, so a native export round-trips the whole config.
     """
+    if config.rope_parameters["rope_type"] not in ("default", "yarn"):
+        raise ExportError(
+            f"rope_parameters: rope type {config.rope_parameters['rope_type']!r} (transformers' scaling) has no upstream "
+            "MiniMind equivalent (upstream only has YaRN); export to a transformers format instead"
+        )
     kwargs = {
         "minimind_generation": config.minimind_generation,
         "hidden_size": config.hidden_size,

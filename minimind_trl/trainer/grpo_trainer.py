@@ -26,6 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from ..errors import RecipeError
 from .advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
 from .checkpointing import (
     RUN_INFO_NAME,
@@ -39,10 +40,20 @@ from .checkpointing import (
 )
 from .reward_checks import check_trainer_arguments, checked_reward_funcs
 from .run_safety import guarded_run, output_dir_lock, recipe_settings
+from .dynamic_sampling import choose_rounds, merge_rounds, refill_rows
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings
 from .trl_overrides import reference_copy, trl_init_overrides
+
+
+def _minimind_stages(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, num_generations: int):
+    """Stage one of MiniMind's advantages over the gathered batch, and its rows without spread. Rewards are TRL's
+    weighted sum; a row no reward function could score is NaN (left out, advantage 0)."""
+    weights = reward_weights.to(rewards_per_func.device)
+    rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return group_zscore(rewards, num_generations), zero_spread_rows(rewards, num_generations)
 
 
 class MiniMindGRPOTrainer(GRPOTrainer):
@@ -59,6 +70,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     _staging_checkpoint = False  # True while the Trainer writes a checkpoint into `_staging/`
     _staged_push = None
     _epoch_sampler = None
+    _refill_step = None  # dynamic sampling: the optimizer step and generation count its refill prompts key on
+    _refill_count = 0
 
     def __init__(
         self,
@@ -143,34 +156,85 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
-        rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
-        if self.args.advantage_estimator == "minimind":
-            if rewards_per_func is None:
-                raise RuntimeError("the rewards of this batch did not go through `_calculate_rewards`")
-            output["advantages"] = self._minimind_advantages(rewards_per_func, len(output["advantages"]), mode)
+        row_round = None
+        if self.args.dynamic_sampling and mode == "train":
+            output, row_round = self._dynamically_sampled(inputs)
+        else:
+            output, stages = self._scored(inputs, mode)
+            if stages is not None:
+                local = self._local_rows(len(output["advantages"]))
+                output["advantages"] = batch_renormalize(stages[0][local], stages[1][local])
         all_advantages = self.accelerator.gather(output["advantages"])
         if self.args.advantage_estimator == "minimind":  # the completions table shows the advantages trained on
+            values = all_advantages
+            if row_round is not None:  # one table row per generated completion: NaN for the groups not kept
+                values = torch.cat([all_advantages.where(row_round == r, torch.nan) for r in range(row_round.max() + 1)])
             logged = self._logs["advantages"]
-            for _ in range(min(len(all_advantages), len(logged))):
+            for _ in range(min(len(values), len(logged))):
                 logged.pop()
-            logged.extend(all_advantages.tolist())
+            logged.extend(values.tolist())
         self._metrics[mode]["advantages/mean"].append(all_advantages.mean().item())
         self._metrics[mode]["advantages/std"].append(
             all_advantages.std().item() if all_advantages.numel() > 1 else 0.0
         )
         return output
 
-    def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:
-        """The seed's advantages for this process: group z-scores over the gathered batch (a group may span
-        processes), batch re-normalisation over this process's slice (the seed normalised per rank)."""
+    def _local_rows(self, num_local: int) -> slice:
+        start = self.accelerator.process_index * num_local
+        return slice(start, start + num_local)
+
+    def _scored(self, inputs, mode: str):
+        """TRL's generation and scoring; with MiniMind's advantages also the gathered stage one and zero-spread
+        rows (`_minimind_stages`), else None."""
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
+        if self.args.advantage_estimator != "minimind":
+            return output, None
+        if rewards_per_func is None:
+            raise RuntimeError("the rewards of this batch did not go through `_calculate_rewards`")
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        weights = self.reward_weights.to(rewards_per_func.device)
-        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # TRL's weighted sum
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # no function could score the row
-        stage_one = group_zscore(rewards, num_generations)
-        no_spread = zero_spread_rows(rewards, num_generations)
+        return output, _minimind_stages(rewards_per_func, self.reward_weights, num_generations)
+
+    def _dynamically_sampled(self, inputs):
+        """The generation batch with its groups without spread replaced by groups generated for further prompts
+        (see `dynamic_sampling`); returns it and, per gathered row, the round it comes from."""
+        if not hasattr(self.train_dataset, "__len__"):
+            raise RecipeError("dynamic_sampling draws refill prompts by index: it needs a map-style train_dataset")
+        num_local, num_generations = len(inputs), self.num_generations
+        local = self._local_rows(num_local)
+        num_groups = num_local * self.accelerator.num_processes // num_generations
+        if self._refill_step != self.state.global_step:  # the key restarts at every optimizer step (resume-safe)
+            self._refill_step, self._refill_count = self.state.global_step, 0
+        key, self._refill_count = (self.state.global_step, self._refill_count), self._refill_count + 1
+
+        rounds = [self._scored(inputs, "train")]
+        flat_groups = [rounds[0][1][1].view(-1, num_generations)[:, 0]]
+        pending = flat_groups[0].clone()
+        while bool(pending.any()) and len(rounds) <= self.args.max_resample_rounds:
+            rows = refill_rows(self.train_dataset, num_groups, num_generations, local, self.args.seed, (*key, len(rounds)))
+            rounds.append(self._scored(rows, "train"))
+            flat_groups.append(rounds[-1][1][1].view(-1, num_generations)[:, 0])
+            pending &= flat_groups[-1]
+
+        row_round = choose_rounds(flat_groups).repeat_interleave(num_generations)
+        everyone = torch.arange(row_round.numel(), device=row_round.device)
+        stage_one = torch.stack([stages[0] for _, stages in rounds])[row_round, everyone]
+        no_spread = torch.stack([stages[1] for _, stages in rounds])[row_round, everyone]
+        output = merge_rounds([out for out, _ in rounds], row_round[local], self._tokenizer.pad_token_id)
+        output["advantages"] = batch_renormalize(stage_one[local], no_spread[local])
+        output["num_items_in_batch"] = self.accelerator.gather(output["completion_mask"].sum()).sum()
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/zero_spread_before"].append(flat_groups[0].float().mean().item())
+        metrics["dynamic_sampling/zero_spread_after"].append(pending.float().mean().item())
+        metrics["dynamic_sampling/extra_completions"].append(float((len(rounds) - 1) * row_round.numel()))
+        return output, row_round
+
+    def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:
+        """Upstream's advantages for this process: group z-scores over the gathered batch (a group may span
+        processes), batch re-normalisation over this process's slice (upstream normalised per rank)."""
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        stage_one, no_spread = _minimind_stages(rewards_per_func, self.reward_weights, num_generations)
         start = self.accelerator.process_index * num_local
         return batch_renormalize(stage_one[start : start + num_local], no_spread[start : start + num_local])
 
@@ -182,8 +246,11 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, inputs)
         with self._captured_aux_losses() as aux_losses, self._attending_past_eos():
             loss = super()._compute_loss(model, inputs)
-        if not aux_losses:  # the backbone carries no `aux_loss` (not a MiniMind model)
-            return loss
+        if not aux_losses:
+            if getattr(self.model.config, "model_type", None) != "minimind":
+                return loss  # no MiniMind backbone: no aux loss to add or log
+            # MiniMind sets `aux_loss` only for MoE in training mode; upstream logs 0 for dense models (and eval)
+            aux_losses = [loss.new_zeros((), dtype=torch.float32)]
         aux_loss = torch.stack(aux_losses).mean()
         mode = "train" if self.model.training else "eval"
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # like TRL's policy loss

@@ -46,7 +46,8 @@ def test_fixture_logits_unpadded_and_left_padded(fixture_case):
     )
     real = inputs["attention_mask"].bool()
     torch.testing.assert_close(padded.logits[real], expected["logits_padded"][real], atol=ATOL, rtol=0)
-    assert unpadded.aux_loss.item() == expected["aux_loss_eval"].item() == 0.0
+    # upstream's aux loss is 0 in eval mode; MiniMind leaves it unset there, like Mixtral/Qwen3-MoE
+    assert expected["aux_loss_eval"].item() == 0.0 and unpadded.aux_loss is None
 
 
 @pytest.mark.parametrize("era", ["MiniMind2", "MiniMind-3"])
@@ -231,7 +232,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(use_moe, use_reentrant)
     losses = []
     for model in (reference, checkpointed):
         out = model(input_ids, labels=input_ids)
-        loss = out.loss + out.aux_loss
+        assert (out.aux_loss is not None) == use_moe  # set for MoE in training mode only
+        loss = out.loss + (out.aux_loss if use_moe else 0.0)
         loss.backward()
         losses.append(loss.detach())
     torch.testing.assert_close(losses[0], losses[1], atol=0, rtol=0)
@@ -326,15 +328,39 @@ def test_upstream_style_folder_loads_as_its_generation(tmp_path, era):
     torch.testing.assert_close(logits, case["expected"]["logits_nopad"], atol=ATOL, rtol=0)
 
 
-def test_from_pretrained_refuses_a_checkpoint_that_does_not_fit(tmp_path):
+def test_a_checkpoint_that_does_not_fit_is_reported_by_from_pretrained_and_refused_by_our_loaders(tmp_path):
+    """`from_pretrained` keeps transformers' contract (reports what does not fit); our own loaders refuse it."""
     import json
+
+    from minimind_trl.cli.policy import check_policy_weights
+    from minimind_trl.conversion.export import load_minimind_folder
+    from minimind_trl.errors import ExportError, ModelSourceError
 
     model = MiniMindForCausalLM(_tiny_config(minimind_generation="minimind3"))
     model.save_pretrained(tmp_path)
+    check_policy_weights(str(tmp_path))  # fits: nothing to say
+    load_minimind_folder(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "minimind_generation": "minimind2"}))
-    with pytest.raises(ValueError, match=r"unexpected_keys: .*q_norm"):
-        AutoModelForCausalLM.from_pretrained(tmp_path)
+    _, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert any("q_norm" in key for key in info["unexpected_keys"])
+    with pytest.raises(ModelSourceError, match=r"unexpected_keys.*q_norm"):
+        check_policy_weights(str(tmp_path))
+    with pytest.raises(ExportError, match=r"unexpected_keys.*q_norm"):
+        load_minimind_folder(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 128, "head_dim": 32}))
     with pytest.raises((ValueError, RuntimeError), match="mismatched|size"):  # transformers raises this one itself
         AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_from_pretrained_initialises_a_missing_untied_head_and_reports_it(tmp_path):
+    """transformers' contract: a backbone checkpoint loads under the LM-head class, the head initialised and reported."""
+    from minimind_trl.cli.policy import check_policy_weights
+    from minimind_trl.errors import ModelSourceError
+
+    MiniMindModel(_tiny_config(tie_word_embeddings=False)).save_pretrained(tmp_path)
+    model, info = MiniMindForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == {"lm_head.weight"} or list(info["missing_keys"]) == ["lm_head.weight"]
+    assert model.lm_head.weight.abs().sum() > 0
+    with pytest.raises(ModelSourceError, match=r"missing_keys.*lm_head\.weight"):
+        check_policy_weights(str(tmp_path))

@@ -83,8 +83,9 @@ class MiniMindConfig(PretrainedConfig):
         inference_rope_scaling (`bool`, defaults to False): upstream's switch for YaRN (factor 16 from 2048).
         rope_scaling (`dict`, *optional*): upstream's explicit YaRN dict (`"type": "yarn"`); wins over
             `inference_rope_scaling`.
-        rope_parameters (`dict`, *optional*): transformers-5 form of the two above (`rope_type` "default" or
-            "yarn", `rope_theta`, YaRN fields); what `save_pretrained` writes and what wins when given.
+        rope_parameters (`dict`, *optional*): transformers-5 form of the two above (`rope_type` "default",
+            "yarn" (upstream's YaRN arithmetic), or transformers' "linear" / "dynamic" with a `factor`; `rope_theta`);
+            what `save_pretrained` writes and what wins when given.
         dropout (`float`, defaults to 0.0): embedding, attention and residual dropout (upstream's single knob).
         flash_attn (`bool`, defaults to True): kept for round trips to upstream configs; the attention kernel is
             chosen by transformers' `attn_implementation` instead.
@@ -104,6 +105,13 @@ class MiniMindConfig(PretrainedConfig):
 
     model_type = "minimind"
     keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    # the backbone's pipeline-parallel plan, as Llama/Qwen3 declare it; the tensor-parallel plan depends on the
+    # generation (q/k norms) and on MoE, so `__init__` builds it (`_tp_plan`)
+    base_model_pp_plan = {
+        "embed_tokens": (["input_ids"], ["inputs_embeds"]),
+        "layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
+        "norm": (["hidden_states"], ["hidden_states"]),
+    }
     attribute_map = {"n_routed_experts": "num_experts", "aux_loss_alpha": "router_aux_loss_coef"}
 
     def __init__(
@@ -209,6 +217,7 @@ class MiniMindConfig(PretrainedConfig):
         self.seq_aux = seq_aux
         self.initializer_range = initializer_range
         self.use_cache = use_cache
+        self.base_model_tp_plan = _tp_plan(self.minimind_generation, self.use_moe, self.n_shared_experts)
         if self.use_moe and self.num_experts_per_tok > self.num_experts:
             raise ValueError(
                 f"num_experts_per_tok ({self.num_experts_per_tok}) exceeds num_experts ({self.num_experts})"
@@ -239,7 +248,23 @@ class MiniMindConfig(PretrainedConfig):
         """Upstream applies YaRN only when the RoPE table is longer than the original context."""
         if self.rope_parameters["rope_type"] != "yarn":
             return False
-        return self.max_position_embeddings / self.rope_parameters["original_max_position_embeddings"] > 1.0
+        original = self.rope_parameters.get("original_max_position_embeddings")
+        if original is None:  # transformers' form: the table is the original context, extended `factor` times
+            return self.rope_parameters["factor"] > 1.0
+        return self.max_position_embeddings / original > 1.0
+
+
+def _tp_plan(generation: str, use_moe: bool, n_shared_experts: int) -> dict:
+    """The backbone's tensor-parallel plan (Llama/Qwen3's), naming only modules this variant has. With it the tied
+    `embed_tokens` is sharded together with the head's `lm_head` plan."""
+    plan = {f"layers.*.self_attn.{name}": "colwise" for name in ("q_proj", "k_proj", "v_proj")}
+    if generation == MINIMIND3:
+        plan.update({f"layers.*.self_attn.{name}": "replicated_with_grad_allreduce" for name in ("q_norm", "k_norm")})
+    plan["layers.*.self_attn.o_proj"] = "rowwise"
+    mlps = ["layers.*.mlp"] if not use_moe else ["layers.*.mlp.experts.*"] + (["layers.*.mlp.shared_experts.*"] if n_shared_experts else [])
+    for mlp in mlps:
+        plan.update({f"{mlp}.gate_proj": "colwise", f"{mlp}.up_proj": "colwise", f"{mlp}.down_proj": "rowwise"})
+    return plan
 
 
 # keys only one generation's upstream `MiniMindConfig` writes
@@ -260,6 +285,7 @@ def infer_generation_from_keys(config_dict: dict) -> str:
 
 def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_scaling) -> dict:
     """Normalise upstream's (`rope_theta`, `inference_rope_scaling`, `rope_scaling`) to `rope_parameters`."""
+    from_rope_parameters = rope_parameters is not None
     if rope_parameters is None:
         if rope_scaling is None and inference_rope_scaling:
             rope_scaling = UPSTREAM_YARN
@@ -268,8 +294,16 @@ def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_s
         rope_parameters = dict(rope_parameters)
     # upstream spells the key "type"; transformers spells it "rope_type"
     rope_type = rope_parameters.pop("type", None) or rope_parameters.get("rope_type") or "default"
-    if rope_type not in ("default", "yarn"):
-        raise ValueError(f"rope type {rope_type!r} is not supported (MiniMind uses 'default' or 'yarn')")
+    # upstream's `rope_scaling` is always YaRN (its code reads YaRN's fields whatever the type); transformers'
+    # `rope_parameters` may also ask for its own linear or dynamic-NTK scaling
+    supported = ("default", "yarn", "linear", "dynamic") if from_rope_parameters else ("default", "yarn")
+    if rope_type not in supported:
+        raise ValueError(
+            f"rope type {rope_type!r} is not supported (MiniMind: 'default', 'yarn', or transformers' 'linear'/'dynamic'"
+            " in rope_parameters)"
+        )
+    if rope_type in ("linear", "dynamic") and not isinstance(rope_parameters.get("factor"), (int, float)):
+        raise ValueError(f"rope type {rope_type!r} needs a numeric `factor` in rope_parameters")
     rope_parameters["rope_type"] = rope_type
     if rope_theta is not None:
         rope_parameters["rope_theta"] = float(rope_theta)

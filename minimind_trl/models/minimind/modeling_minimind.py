@@ -34,11 +34,18 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_layers import (
+    GenericForQuestionAnswering,
+    GenericForSequenceClassification,
+    GenericForTokenClassification,
+    GradientCheckpointingLayer,
+)
 from transformers.modeling_outputs import BaseModelOutputWithPast, MoeCausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -47,7 +54,7 @@ from .configuration_minimind import MINIMIND2, MiniMindConfig
 
 @dataclass
 class MiniMindModelOutputWithPast(BaseModelOutputWithPast):
-    """Backbone output plus the summed MoE load-balancing loss (0 for dense models and in eval mode)."""
+    """Backbone output plus the summed MoE load-balancing loss (set for MoE models in training mode only)."""
 
     aux_loss: torch.Tensor | None = None
 
@@ -91,27 +98,57 @@ def yarn_inv_freq(inv_freq: torch.Tensor, rope: dict, base: float) -> torch.Tens
     return inv_freq * (1 - ramp + ramp / factor)
 
 
+SUPPORTED_ROPE_TYPES = ("default", "yarn", "linear", "dynamic")
+
+
 class MiniMindRotaryEmbedding(nn.Module):
-    """Rotate-half RoPE; upstream's YaRN exactly when upstream applies it (table longer than the original context)."""
+    """Rotate-half RoPE for every `rope_type` MiniMind supports, read from `config.rope_parameters` when built.
+
+    `default` and `yarn` are upstream MiniMind's arithmetic (YaRN exactly when upstream applies it: table longer than
+    the original context). `linear` and `dynamic` are transformers' own (`ROPE_INIT_FUNCTIONS`, `dynamic_rope_update`).
+    Any other type is refused here, so a `rope_parameters` set after the config was built is never ignored.
+    """
 
     def __init__(self, config: MiniMindConfig):
         super().__init__()
         self.config = config
+        self.rope_type = config.rope_parameters.get("rope_type", "default")
+        self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
         inv_freq, self.attention_scaling = self.compute_rope_parameters(config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
 
     @staticmethod
-    def compute_rope_parameters(config: MiniMindConfig, device=None) -> tuple[torch.Tensor, float]:
+    def compute_rope_parameters(config: MiniMindConfig, device=None, seq_len=None, **kwargs) -> tuple[torch.Tensor, float]:
         rope = config.rope_parameters
+        rope_type = rope.get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(f"rope_parameters: rope type {rope_type!r} is not supported (MiniMind: {SUPPORTED_ROPE_TYPES})")
+        if rope_type in ("linear", "dynamic"):
+            return ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len=seq_len)
         base, dim = rope["rope_theta"], config.head_dim
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device).float() / dim))
-        if config.yarn_active:
+        if rope_type != "yarn":
+            return inv_freq, 1.0
+        # The constructor fills upstream's YaRN settings; a dict set afterwards in transformers' form may leave out
+        # the original context (then `max_position_embeddings`, extended `factor` times) and the attention factor.
+        rope = {"beta_fast": 32.0, "beta_slow": 1.0, **rope}
+        table_length = config.max_position_embeddings
+        if "original_max_position_embeddings" not in rope:
+            rope["original_max_position_embeddings"] = table_length
+            table_length = table_length * rope["factor"]
+        if table_length / rope["original_max_position_embeddings"] > 1.0:
             inv_freq = yarn_inv_freq(inv_freq, rope, base)
+        attention_factor = rope.get("attention_factor")
+        if attention_factor is None:  # transformers' default
+            attention_factor = 0.1 * math.log(rope["factor"]) + 1.0 if rope["factor"] > 1 else 1.0
         # upstream multiplies cos/sin by YaRN's attention factor even when the frequencies are left alone
-        attention_scaling = float(rope.get("attention_factor") or 1.0) if rope["rope_type"] == "yarn" else 1.0
-        return inv_freq, attention_scaling
+        return inv_freq, float(attention_factor)
+
+    compute_default_rope_parameters = compute_rope_parameters
 
     @torch.no_grad()
+    @dynamic_rope_update  # recomputes `inv_freq` for rope_type="dynamic" only
     def forward(self, x: torch.Tensor, position_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
         positions = position_ids[:, None, :].float()
@@ -370,23 +407,6 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         # expert dispatch has data-dependent shapes
         self._can_compile_fullgraph = not config.use_moe
 
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """transformers' `from_pretrained`, but strict: a checkpoint that does not fit is an error, never a half-load.
-
-        transformers only warns about missing, unexpected or mis-shaped tensors and initialises the missing ones
-        at random; a MiniMind checkpoint of the other generation or another width would then "load" silently.
-        """
-        want_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
-        problems = {key: sorted(map(str, info.get(key) or ())) for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}
-        problems = {key: value for key, value in problems.items() if value}
-        if problems:
-            source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
-            details = "; ".join(f"{key}: {', '.join(value[:8])}{' ...' if len(value) > 8 else ''}" for key, value in problems.items())
-            raise ValueError(f"{source} does not fit {cls.__name__} ({model.config.minimind_generation}): {details}")
-        return (model, info) if want_info else model
-
     def save_pretrained(self, *args, **kwargs):
         # vLLM's transformers backend looks the backbone up through auto_map["AutoModel"]; transformers only
         # records the saved class (AutoModelForCausalLM), so name the backbone too when shipping remote code.
@@ -395,11 +415,14 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(*args, **kwargs)
 
     def _init_weights(self, module):
-        super()._init_weights(module)
-        # non-persistent buffers are not in checkpoints; recompute them after meta-device loading
+        # non-persistent buffers are not in checkpoints; recompute them after meta-device loading (with MiniMind's
+        # own RoPE: transformers' generic branch would compute its own YaRN)
         if isinstance(module, MiniMindRotaryEmbedding):
             inv_freq, _ = module.compute_rope_parameters(module.config, device=module.inv_freq.device)
             init.copy_(module.inv_freq, inv_freq)
+            init.copy_(module.original_inv_freq, inv_freq)
+            return
+        super()._init_weights(module)
 
 
 class MiniMindModel(MiniMindPreTrainedModel):
@@ -421,6 +444,7 @@ class MiniMindModel(MiniMindPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -431,8 +455,6 @@ class MiniMindModel(MiniMindPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MiniMindModelOutputWithPast:
-        if "past_key_values" in kwargs:  # the pre-5.24 name of `cache`
-            cache = kwargs.pop("past_key_values") if cache is None else cache
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
@@ -455,7 +477,9 @@ class MiniMindModel(MiniMindPreTrainedModel):
 
         hidden_states = self.dropout(inputs_embeds)
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        aux_loss = torch.zeros((), dtype=torch.float32, device=hidden_states.device)
+        # like Mixtral/Qwen3-MoE, no aux loss unless there is one to train: upstream's is 0 for dense models and in eval
+        wants_aux_loss = self.config.use_moe and self.training
+        aux_loss = torch.zeros((), dtype=torch.float32, device=hidden_states.device) if wants_aux_loss else None
         for decoder_layer in self.layers[: self.config.num_hidden_layers]:
             hidden_states, layer_aux_loss = decoder_layer(
                 hidden_states,
@@ -466,7 +490,8 @@ class MiniMindModel(MiniMindPreTrainedModel):
                 use_cache=use_cache,
                 **kwargs,
             )
-            aux_loss = aux_loss + layer_aux_loss
+            if wants_aux_loss:
+                aux_loss = aux_loss + layer_aux_loss
         hidden_states = self.norm(hidden_states)
         return MiniMindModelOutputWithPast(
             last_hidden_state=hidden_states,
@@ -499,6 +524,7 @@ class MiniMindForCausalLM(MiniMindPreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
@@ -513,7 +539,8 @@ class MiniMindForCausalLM(MiniMindPreTrainedModel, GenerationMixin):
         **kwargs: Unpack[TransformersKwargs],
     ) -> MoeCausalLMOutputWithPast:
         r"""
-        `aux_loss` is the summed MoE load-balancing loss of this forward (0 for dense models and in eval mode).
+        `aux_loss` is the summed MoE load-balancing loss of this forward: a tensor for MoE models in training mode,
+        `None` otherwise (dense models and eval mode, where upstream's loss is 0).
         As upstream, it is *not* added to `loss`; trainers add it with their own weight.
         """
         outputs: MiniMindModelOutputWithPast = self.model(
@@ -540,4 +567,45 @@ class MiniMindForCausalLM(MiniMindPreTrainedModel, GenerationMixin):
         )
 
 
-__all__ = ["MiniMindPreTrainedModel", "MiniMindModel", "MiniMindForCausalLM", "MiniMindModelOutputWithPast"]
+# The heads in-tree LMs get from transformers' generic classes (TRL's RewardTrainer and value models load
+# `AutoModelForSequenceClassification`). The generic `__init__`s build the backbone with `AutoModel.from_config`,
+# which a folder loaded with `trust_remote_code` cannot resolve, so these build `MiniMindModel` directly.
+
+
+class MiniMindForSequenceClassification(GenericForSequenceClassification, MiniMindPreTrainedModel):
+    def __init__(self, config: MiniMindConfig):
+        MiniMindPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.model = MiniMindModel(config)
+        self.score = nn.Linear(config.hidden_size, self.num_labels, bias=False)
+        self.post_init()
+
+
+class MiniMindForTokenClassification(GenericForTokenClassification, MiniMindPreTrainedModel):
+    def __init__(self, config: MiniMindConfig):
+        MiniMindPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.model = MiniMindModel(config)
+        dropout = getattr(config, "classifier_dropout", None)
+        self.dropout = nn.Dropout(0.1 if dropout is None else dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=getattr(config, "token_classification_bias", True))
+        self.post_init()
+
+
+class MiniMindForQuestionAnswering(GenericForQuestionAnswering, MiniMindPreTrainedModel):
+    def __init__(self, config: MiniMindConfig):
+        MiniMindPreTrainedModel.__init__(self, config)
+        self.model = MiniMindModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+
+__all__ = [
+    "MiniMindPreTrainedModel",
+    "MiniMindModel",
+    "MiniMindForCausalLM",
+    "MiniMindForSequenceClassification",
+    "MiniMindForTokenClassification",
+    "MiniMindForQuestionAnswering",
+    "MiniMindModelOutputWithPast",
+]
