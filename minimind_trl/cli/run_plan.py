@@ -13,7 +13,13 @@ from ..errors import RecipeError
 from ..loading_utils import import_object
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
-from ..trainer.run_safety import check_output_dir, check_output_dir_free, check_resume_checkpoint, check_writable
+from ..trainer.run_safety import (
+    check_enough_prompts,
+    check_output_dir,
+    check_output_dir_free,
+    check_resume_checkpoint,
+    check_writable,
+)
 from .policy import check_model_source
 
 DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
@@ -128,19 +134,6 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     if local_sources_only(script_args, model_args):  # nothing here needs the Hub: no usage ping either
         disable_hub_telemetry()
     return RunPlan(resume, load_callbacks(script_args.callbacks))
-
-
-def check_enough_prompts(dataset, training_args, source: str | None = None) -> None:
-    """A step draws `generation_batch_size / num_generations` distinct prompts; with fewer, TRL's sampler yields
-    no batch at all and the run would save the untouched policy as its result."""
-    needed = training_args.generation_batch_size // training_args.num_generations
-    if len(dataset) < needed:
-        where = f" in {source}" if source else ""
-        raise RecipeError(
-            f"{len(dataset)} prompt(s){where}, but one step needs {needed} (generation_batch_size "
-            f"{training_args.generation_batch_size} / num_generations {training_args.num_generations}); add prompts "
-            "or lower per_device_train_batch_size / steps_per_generation (check dataset_max_samples too)"
-        )
 
 
 __all__ = [

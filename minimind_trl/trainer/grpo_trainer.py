@@ -350,7 +350,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training, holding the output folder; refuses another run's folder or an inexact resume
         (see `run_safety.guarded_run`)."""
-        with guarded_run(self.args, resume_from_checkpoint):
+        with guarded_run(self.args, resume_from_checkpoint, self.train_dataset):
             return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:

@@ -23,7 +23,7 @@ import time
 import zipfile
 from contextlib import contextmanager
 
-from ..errors import OutputDirError, ResumeError
+from ..errors import MiniMindTRLError, OutputDirError, ResumeError
 from .checkpointing import RUN_INFO_NAME, STAGING_DIR, resolve_resume_checkpoint
 
 try:
@@ -175,6 +175,19 @@ def clear_old_checkpoints(output_dir: str) -> None:
             shutil.rmtree(path)
 
 
+def check_enough_prompts(dataset, training_args, source: str | None = None, error=MiniMindTRLError) -> None:
+    """A step draws `generation_batch_size / num_generations` distinct prompts; with fewer, TRL's sampler yields
+    no batch at all and the run would save the untouched policy as its result."""
+    needed = training_args.generation_batch_size // training_args.num_generations
+    if len(dataset) < needed:
+        where = f" in {source}" if source else ""
+        raise error(
+            f"{len(dataset)} prompt(s){where}, but one step needs {needed} (generation_batch_size "
+            f"{training_args.generation_batch_size} / num_generations {training_args.num_generations}); add prompts "
+            "or lower per_device_train_batch_size / steps_per_generation (check dataset_max_samples too)"
+        )
+
+
 # --------------------------------------------------------------------------- the resume checkpoint
 
 
@@ -264,9 +277,12 @@ def check_resume_checkpoint(checkpoint: str, args) -> None:
 
 
 @contextmanager
-def guarded_run(args, resume_from_checkpoint):
-    """Around `Trainer.train`: hold the output folder (saving process), refuse what would mix or inexactly
-    continue runs, and clear the old checkpoints `overwrite_output_dir` asked to replace."""
+def guarded_run(args, resume_from_checkpoint, train_dataset=None):
+    """Around `Trainer.train`: refuse a dataset too small for one step, hold the output folder (saving process),
+    refuse what would mix or inexactly continue runs, and clear the old checkpoints `overwrite_output_dir` asked
+    to replace."""
+    if train_dataset is not None and hasattr(train_dataset, "__len__"):
+        check_enough_prompts(train_dataset, args)
     resume = None
     if resume_from_checkpoint not in (None, False):
         resume = resolve_resume_checkpoint(str(resume_from_checkpoint), args.output_dir)
@@ -281,6 +297,7 @@ def guarded_run(args, resume_from_checkpoint):
 
 __all__ = [
     "LOCK_NAME",
+    "check_enough_prompts",
     "check_output_dir",
     "check_output_dir_free",
     "check_resume_checkpoint",

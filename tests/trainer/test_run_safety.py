@@ -367,3 +367,25 @@ def test_a_run_from_local_sources_disables_hub_telemetry(tiny, tmp_path, monkeyp
     script_args, training_args, model_args, _ = parse_args(["--config", str(tiny_recipe(tmp_path, *tiny))])
     check_run(script_args, training_args, model_args)
     assert constants.HF_HUB_DISABLE_TELEMETRY and os.environ["HF_HUB_DISABLE_TELEMETRY"] == "1"
+
+
+def test_python_api_refuses_too_few_prompts_for_one_step(tiny, tmp_path):
+    from transformers import AutoTokenizer
+
+    from minimind_trl.data import load_rlaif_dataset
+    from minimind_trl.errors import MiniMindTRLError
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    policy, _ = tiny
+    data = load_rlaif_dataset(write_rlaif(tmp_path / "one.jsonl", prompts=["What is two plus three?"]))
+    args = MiniMindGRPOConfig(
+        str(tmp_path / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=8, max_steps=2, report_to="none",
+    )  # fmt: skip
+    trainer = MiniMindGRPOTrainer(
+        model=str(policy), reward_funcs=[inf_reward], args=args, train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(policy),
+    )  # fmt: skip
+    with pytest.raises(MiniMindTRLError, match=r"1 prompt\(s\), but one step needs 2"):
+        trainer.train()
+    assert not (tmp_path / "out" / "model.safetensors").exists()
