@@ -284,7 +284,9 @@ def prepare_output_dir(output_dir: Path) -> None:
 
     try:
         if output_dir.exists() and any(output_dir.iterdir()) and not (output_dir / RUN_MARKER).is_file():
-            raise DemoError(f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir")
+            raise DemoError(
+                f"--output_dir {output_dir} exists and is not an earlier demo run; pick another --output_dir"
+            )
         output_dir.mkdir(parents=True, exist_ok=True)
         # Held until the process ends (one demo, one process): a second demo into this folder is refused instead
         # of deleting the files of the one running. Re-entered by the GRPO run (`grpo.run`).

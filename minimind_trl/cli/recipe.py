@@ -135,7 +135,8 @@ def value_problem(key: str, value, annotation) -> str | None:
                 value = kind(value)
             except ValueError:
                 return f"expected {'an integer' if kind is int else 'a number'}, got {value!r}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        wrong_kind = kind is int and not isinstance(value, int)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or wrong_kind:
             return f"expected {'an integer' if kind is int else 'a number'}, got {value!r}"
         if key in MINIMUMS and not value >= MINIMUMS[key]:
             return f"must be at least {MINIMUMS[key]}, got {value!r}"

@@ -76,7 +76,8 @@ def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tens
     not_finite = {key: int((~torch.isfinite(value)).sum()) for key, value in state_dict.items()}
     not_finite = {key: count for key, count in not_finite.items() if count}
     if not_finite:
-        named = ", ".join(f"{key} ({count} of {state_dict[key].numel()})" for key, count in list(not_finite.items())[:5])
+        shown = list(not_finite.items())[:5]
+        named = ", ".join(f"{key} ({count} of {state_dict[key].numel()})" for key, count in shown)
         more = f" and {len(not_finite) - 5} more tensors" if len(not_finite) > 5 else ""
         raise ConversionError(
             f"{source}: NaN or infinite values in {named}{more}; the checkpoint is broken (a diverged or "

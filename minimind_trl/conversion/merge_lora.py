@@ -35,7 +35,8 @@ def read_adapter_config(adapter_dir: str) -> dict:
         kind = config.get("peft_type") if isinstance(config, dict) else type(config).__name__
         raise MergeError(f"{path}: not a LoRA adapter config (peft_type {kind!r}); merge-lora merges LoRA adapters")
     if not any(os.path.isfile(os.path.join(adapter_dir, name)) for name in ADAPTER_WEIGHTS):
-        raise MergeError(f"{adapter_dir}: no adapter weights ({' or '.join(ADAPTER_WEIGHTS)}) beside adapter_config.json")
+        names = " or ".join(ADAPTER_WEIGHTS)
+        raise MergeError(f"{adapter_dir}: no adapter weights ({names}) beside adapter_config.json")
     return config
 
 

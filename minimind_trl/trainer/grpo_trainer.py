@@ -33,13 +33,12 @@ from .checkpointing import (
     STAGING_DIR,
     BatchGeometry,
     EpochSeededRepeatSampler,
-    publish_files,
     publish_folder,
     without_tied_keys,
     write_native_weights,
 )
 from .reward_checks import check_trainer_arguments, checked_reward_funcs
-from .run_safety import guarded_run, output_dir_lock, recipe_settings
+from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import choose_rounds, merge_rounds, refill_rows
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
@@ -358,17 +357,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         (`config.json` last), so a run killed while saving never leaves a complete-looking, truncated model."""
         if self._staging_checkpoint:  # inside `_save_checkpoint`, which stages and publishes the whole folder
             return super().save_model(output_dir, _internal_call)
-        final = output_dir or self.args.output_dir
-        staged = os.path.join(final, STAGING_DIR, "final")
-        with output_dir_lock(final, enabled=self.args.should_save):
-            if self.args.should_save and os.path.exists(staged):
-                shutil.rmtree(staged)  # left over by a run killed while saving
-            self.accelerator.wait_for_everyone()
-            super().save_model(staged, _internal_call=True)
-            self.accelerator.wait_for_everyone()
-            if self.args.should_save:
-                publish_files(staged, final)
-            self.accelerator.wait_for_everyone()
+        trainer_save = super().save_model
+        save_staged(self, output_dir or self.args.output_dir, lambda staged: trainer_save(staged, _internal_call=True))
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 

@@ -24,7 +24,7 @@ import zipfile
 from contextlib import contextmanager
 
 from ..errors import MiniMindTRLError, OutputDirError, ResumeError
-from .checkpointing import RUN_INFO_NAME, STAGING_DIR, resolve_resume_checkpoint
+from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint
 
 try:
     import fcntl
@@ -252,16 +252,18 @@ def check_resume_checkpoint(checkpoint: str, args) -> None:
         if name not in missing and name != "latest" and (problem := _unreadable(os.path.join(checkpoint, name)))
     ]
     if missing or damaged:
-        what = "; ".join(
-            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"damaged {', '.join(damaged)}"] if damaged else [])
-        )
+        parts = [f"missing {', '.join(missing)}"] if missing else []
+        parts += [f"damaged {', '.join(damaged)}"] if damaged else []
+        what = "; ".join(parts)
         if not getattr(args, "accept_inexact_resume", False):
             raise ResumeError(
                 f"{checkpoint} is incomplete for an exact resume: {what}. Resume from another checkpoint, or pass "
                 "--accept_inexact_resume true to continue with fresh optimizer/scheduler/RNG state (the result will "
                 "differ from an uninterrupted run)."
             )
-        logger.warning("accept_inexact_resume: resuming %s although %s; the run is not an exact continuation", checkpoint, what)
+        logger.warning(
+            "accept_inexact_resume: resuming %s although %s; the run is not an exact continuation", checkpoint, what
+        )
 
     saved = info.get("recipe")
     if saved is not None:
@@ -274,6 +276,22 @@ def check_resume_checkpoint(checkpoint: str, args) -> None:
                 "recipe. Restore them, or start a new run in another output_dir (initialised from the checkpoint's "
                 "weights if you want them)."
             )
+
+
+def save_staged(trainer, final: str, save) -> None:
+    """`save(folder)` (every process, as the Trainer's `save_model` needs) into `<final>/_staging/final`, then
+    moved into `final` file by file, `config.json` last (`publish_files`), under the output folder's lock."""
+    staged = os.path.join(final, STAGING_DIR, "final")
+    should_save = trainer.args.should_save
+    with output_dir_lock(final, enabled=should_save):
+        if should_save and os.path.exists(staged):
+            shutil.rmtree(staged)  # left over by a run killed while saving
+        trainer.accelerator.wait_for_everyone()
+        save(staged)
+        trainer.accelerator.wait_for_everyone()
+        if should_save:
+            publish_files(staged, final)
+        trainer.accelerator.wait_for_everyone()
 
 
 @contextmanager
@@ -308,4 +326,5 @@ __all__ = [
     "os_error_line",
     "output_dir_lock",
     "recipe_settings",
+    "save_staged",
 ]

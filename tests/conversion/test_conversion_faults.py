@@ -100,7 +100,8 @@ def test_merge_names_an_invalid_adapter_config(adapter, tmp_path, capsys):
     folder = adapter_copy(adapter, tmp_path)
     (folder / "adapter_config.json").write_text("{broken")
     assert run_command("merge-lora", [str(folder), str(tmp_path / "m")]) == 2
-    assert f"{folder / 'adapter_config.json'}: not a readable adapter config (JSONDecodeError" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{folder / 'adapter_config.json'}: not a readable adapter config (JSONDecodeError" in err
 
 
 def test_merge_names_missing_adapter_weights(adapter, tmp_path, capsys):
