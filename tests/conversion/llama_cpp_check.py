@@ -8,7 +8,8 @@ compiles llama.cpp, ~25 minutes on 2 cores).
     /tmp/llamacpp/bin/python tests/conversion/llama_cpp_check.py check /tmp/lc
 
 `check` prints, per architecture, storage type and KV-cache type: whether llama.cpp tokenises the chat prompt to
-the same ids, the largest logit difference over the prompt, and how many of 16 greedy tokens agree. The reference
+the same ids, the largest logit difference over the prompt, how many of 16 greedy tokens agree, and at how many of
+those 16 steps llama.cpp's argmax agrees when fed transformers' own continuation (teacher-forced). The reference
 for each storage type is MiniMind (transformers, fp32 compute) holding the weights as the file stores them (f16,
 bf16 or Q8_0-rounded matrices; norms and the router stay fp32), so the figures measure llama.cpp's computation.
 """
@@ -93,9 +94,18 @@ def check(out: Path) -> None:
                     last[EOS] = -np.inf
                     greedy.append(int(np.argmax(last)))
                     llm.eval([greedy[-1]])
-                agree = sum(a == b for a, b in zip(greedy, ref[f"greedy-{outtype}"]))
+                expected_greedy = ref[f"greedy-{outtype}"]
+                agree = sum(a == b for a, b in zip(greedy, expected_greedy))
+                # teacher-forced: llama.cpp's argmax at each step given transformers' own continuation
+                llm.reset()
+                llm.eval(ref["ids"] + expected_greedy)
+                forced = 0
+                for step, token in enumerate(expected_greedy):
+                    last = np.array(llm.scores[len(ref["ids"]) - 1 + step])
+                    last[EOS] = -np.inf
+                    forced += int(np.argmax(last)) == token
                 print(f"{arch:9s} {outtype:5s} kv={kv:4s} same_ids={same_ids} max|dlogit|={diff:.2g} "
-                      f"greedy={agree}/{NEW_TOKENS}", flush=True)  # fmt: skip
+                      f"greedy={agree}/{NEW_TOKENS} teacher-forced={forced}/{NEW_TOKENS}", flush=True)  # fmt: skip
                 del llm
 
 
