@@ -101,6 +101,23 @@ MINIMUMS = {
 }
 
 
+def check_override_ranges(argv: list[str]) -> None:
+    """The counts of `MINIMUMS` given on the command line (`--num_generations 0` would divide by zero while the
+    arguments are parsed); their types are argparse's to check."""
+    for index, arg in enumerate(argv[:-1]):
+        name, _, inline = arg.removeprefix("--").partition("=")
+        key = name.replace("-", "_")
+        if not arg.startswith("--") or key not in MINIMUMS:
+            continue
+        raw = inline or argv[index + 1]
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if not value >= MINIMUMS[key]:
+            raise RecipeError(f"--{name} {raw}: must be at least {MINIMUMS[key]}")
+
+
 def field_types(parser) -> dict:
     """Recipe key -> the annotated type of its dataclass field."""
     import typing
@@ -160,6 +177,7 @@ def parse_args(argv: list[str] | None = None):
         recipe.overrides = argv[:index] + argv[index + 2 :]
     else:
         recipe.overrides = list(argv)
+    check_override_ranges(recipe.overrides)
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)

@@ -128,8 +128,8 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
         check_output_dir_free(training_args.output_dir)
     check_output_dir(training_args.output_dir, resume is not None, training_args.overwrite_output_dir)
     if resume is not None:
+        check_resume_checkpoint(resume, training_args)  # first: names a damaged minimind_run.json
         check_resume_geometry(resume, training_args)
-        check_resume_checkpoint(resume, training_args)
     check_generation_alignment(training_args)
     if local_sources_only(script_args, model_args):  # nothing here needs the Hub: no usage ping either
         disable_hub_telemetry()

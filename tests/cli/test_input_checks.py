@@ -167,3 +167,10 @@ def test_a_stray_latin1_byte_names_the_line_and_can_be_skipped(tmp_path):
     with pytest.raises(RLAIFDataError, match=rf"{path}:2: not UTF-8 \(byte 0xe9"):
         load_rlaif_dataset(path)
     assert len(load_rlaif_dataset(path, skip_bad_rows=True)) == 2
+
+
+@pytest.mark.parametrize("flag", ["--num_generations", "--num-generations", "--per_device_train_batch_size"])
+def test_a_zero_count_on_the_command_line_is_a_user_error(tiny, tmp_path, capsys, flag):
+    assert cli(["grpo", "--config", str(tiny_recipe(tmp_path, *tiny)), flag, "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} 0: must be at least 1" in err and "Traceback" not in err

@@ -220,6 +220,14 @@ def test_a_damaged_checkpoint_names_the_file(checkpointed, tmp_path, name, damag
         check_resume_checkpoint(str(out / "checkpoint-2"), args)
 
 
+def test_a_damaged_run_record_is_named_before_models_load(checkpointed, tmp_path, monkeypatch):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    (out / "checkpoint-2" / RUN_INFO_NAME).write_text('{"world_size": 1, ')
+    no_model_loading(monkeypatch)
+    with pytest.raises(ResumeError, match=f"checkpoint-2/{RUN_INFO_NAME} is unreadable"):
+        main(["--config", str(recipe), "--resume_from_checkpoint", "last"])
+
+
 def test_a_correct_resume_does_not_warn_about_a_missing_lm_head(checkpointed, tmp_path, caplog):
     out, recipe = copy_run(checkpointed, tmp_path)
     assert main(["--config", str(recipe), "--resume_from_checkpoint", str(out / "checkpoint-1")]) == 0
