@@ -109,7 +109,9 @@ def main(argv=None):
             trainer.ref_model.load_state_dict(reference.state_dict())
             trainer.model.eval()
             with torch.no_grad():
-                ours_policy, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, mask, n_keep)
+                ours_policy, _, _ = trainer._get_per_token_logps_and_entropies(
+                    trainer.model, input_ids, mask, n_keep
+                )
                 ours_reference, _, _ = trainer._get_per_token_logps_and_entropies(
                     trainer.ref_model, input_ids, mask, n_keep
                 )
@@ -122,8 +124,10 @@ def main(argv=None):
                 "ref_logp_abs_diff_mean": (ours_reference - reference_fp32).abs().mean().item(),
             }
             results.append(row)
-            print(f"noise {noise:<6} KL fp32 {row['kl_fp32']:.3e}   ours {row['kl_ours']:.3e}   "
-                  f"upstream {row['kl_upstream']:.3e}   |ref log-p bf16 - fp32| mean {row['ref_logp_abs_diff_mean']:.3e}")
+            print(
+                f"noise {noise:<6} KL fp32 {row['kl_fp32']:.3e}   ours {row['kl_ours']:.3e}   "
+                f"upstream {row['kl_upstream']:.3e}   |ref log-p bf16 - fp32| mean {row['ref_logp_abs_diff_mean']:.3e}"
+            )
     print(json.dumps({"entropy": entropy, "results": results}))
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ..errors import RecipeError
+
 ADVANTAGE_ESTIMATORS = ("minimind", "trl")
 
 
@@ -44,6 +46,13 @@ class MiniMindGRPOConfig(GRPOConfig):
             Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
             in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for
             MiniMind's own scripts. Needs full weights: not with `use_peft` (merge the adapter first).
+        dynamic_sampling (`bool`, *optional*, defaults to `False`):
+            Replace groups without spread (all completions rewarded alike: advantage 0) by groups generated for
+            further prompts drawn from the training set (DAPO's dynamic sampling; see
+            `minimind_trl.trainer.dynamic_sampling`). Logs `dynamic_sampling/zero_spread_before`, `.../after` and
+            `.../extra_completions`. Upstream has none, so it is off by default.
+        max_resample_rounds (`int`, *optional*, defaults to `3`):
+            With `dynamic_sampling`, the most extra generation rounds spent on one generation batch.
         moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
             model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
@@ -144,6 +153,21 @@ class MiniMindGRPOConfig(GRPOConfig):
             "scaled by the model's `router_aux_loss_coef`). The seed adds it with weight 1."
         },
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace groups whose completions all got the same reward (advantage 0, nothing to learn) by "
+            "groups generated for further prompts drawn from the training set, up to `max_resample_rounds` extra "
+            "generation rounds per batch (DAPO's dynamic sampling). Off by default: upstream has none."
+        },
+    )
+    max_resample_rounds: int = field(
+        default=3,
+        metadata={
+            "help": "With `dynamic_sampling`, the most extra generation rounds (each a whole generation batch) "
+            "spent refilling one batch; slots still without spread then keep their group, with advantage 0."
+        },
+    )
 
     overwrite_output_dir: bool = field(
         default=False,
@@ -231,6 +255,16 @@ class MiniMindGRPOConfig(GRPOConfig):
                     "advantage_estimator='minimind', which normalises the weighted sum of the rewards. Use "
                     "advantage_estimator='trl' for TRL's aggregation."
                 )
+        if self.dynamic_sampling:
+            if self.advantage_estimator != "minimind":
+                raise RecipeError(
+                    "dynamic_sampling needs advantage_estimator: minimind (it re-normalises the refilled batch "
+                    f"with MiniMind's advantages), got advantage_estimator: {self.advantage_estimator}"
+                )
+            if self.use_vllm:
+                raise RecipeError("dynamic_sampling is not supported with use_vllm: true")
+            if self.max_resample_rounds < 0:
+                raise RecipeError(f"max_resample_rounds must be 0 or more, got {self.max_resample_rounds}")
         if self.use_transformers_continuous_batching and (self.bf16 or self.fp16):
             raise ValueError(
                 "use_transformers_continuous_batching with bf16/fp16: TRL 1.16 casts the trainable fp32 policy to the "

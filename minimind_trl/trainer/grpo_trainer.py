@@ -26,7 +26,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from ..errors import RecipeError
 from .advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
 from .checkpointing import (
     RUN_INFO_NAME,
@@ -39,7 +38,7 @@ from .checkpointing import (
 )
 from .reward_checks import check_trainer_arguments, checked_reward_funcs
 from .run_safety import guarded_run, recipe_settings, save_staged
-from .dynamic_sampling import choose_rounds, merge_rounds, refill_rows
+from .dynamic_sampling import refill
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings
@@ -168,7 +167,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         if self.args.advantage_estimator == "minimind":  # the completions table shows the advantages trained on
             values = all_advantages
             if row_round is not None:  # one table row per generated completion: NaN for the groups not kept
-                values = torch.cat([all_advantages.where(row_round == r, torch.nan) for r in range(row_round.max() + 1)])
+                rounds = range(int(row_round.max()) + 1)
+                values = torch.cat([all_advantages.where(row_round == r, torch.nan) for r in rounds])
             logged = self._logs["advantages"]
             for _ in range(min(len(values), len(logged))):
                 logged.pop()
@@ -196,38 +196,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         return output, _minimind_stages(rewards_per_func, self.reward_weights, num_generations)
 
     def _dynamically_sampled(self, inputs):
-        """The generation batch with its groups without spread replaced by groups generated for further prompts
-        (see `dynamic_sampling`); returns it and, per gathered row, the round it comes from."""
-        if not hasattr(self.train_dataset, "__len__"):
-            raise RecipeError("dynamic_sampling draws refill prompts by index: it needs a map-style train_dataset")
-        num_local, num_generations = len(inputs), self.num_generations
-        local = self._local_rows(num_local)
-        num_groups = num_local * self.accelerator.num_processes // num_generations
-        if self._refill_step != self.state.global_step:  # the key restarts at every optimizer step (resume-safe)
-            self._refill_step, self._refill_count = self.state.global_step, 0
-        key, self._refill_count = (self.state.global_step, self._refill_count), self._refill_count + 1
-
-        rounds = [self._scored(inputs, "train")]
-        flat_groups = [rounds[0][1][1].view(-1, num_generations)[:, 0]]
-        pending = flat_groups[0].clone()
-        while bool(pending.any()) and len(rounds) <= self.args.max_resample_rounds:
-            rows = refill_rows(self.train_dataset, num_groups, num_generations, local, self.args.seed, (*key, len(rounds)))
-            rounds.append(self._scored(rows, "train"))
-            flat_groups.append(rounds[-1][1][1].view(-1, num_generations)[:, 0])
-            pending &= flat_groups[-1]
-
-        row_round = choose_rounds(flat_groups).repeat_interleave(num_generations)
-        everyone = torch.arange(row_round.numel(), device=row_round.device)
-        stage_one = torch.stack([stages[0] for _, stages in rounds])[row_round, everyone]
-        no_spread = torch.stack([stages[1] for _, stages in rounds])[row_round, everyone]
-        output = merge_rounds([out for out, _ in rounds], row_round[local], self._tokenizer.pad_token_id)
-        output["advantages"] = batch_renormalize(stage_one[local], no_spread[local])
-        output["num_items_in_batch"] = self.accelerator.gather(output["completion_mask"].sum()).sum()
-        metrics = self._metrics["train"]
-        metrics["dynamic_sampling/zero_spread_before"].append(flat_groups[0].float().mean().item())
-        metrics["dynamic_sampling/zero_spread_after"].append(pending.float().mean().item())
-        metrics["dynamic_sampling/extra_completions"].append(float((len(rounds) - 1) * row_round.numel()))
-        return output, row_round
+        """The generation batch with its groups without spread replaced (`dynamic_sampling.refill`)."""
+        return refill(self, inputs)
 
     def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:
         """Upstream's advantages for this process: group z-scores over the gathered batch (a group may span
