@@ -34,7 +34,7 @@ def run_seed(seed: int, steps: int | None, extra: list[str], keep: Path | None) 
 
 
 def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) -> dict:
-    command = [sys.executable, "-m", "minimind_trl.cli.demo", "--seed", str(seed), "--output-dir", str(output_dir)]
+    command = [sys.executable, "-m", "minimind_trl.cli", "demo", "--seed", str(seed), "--output-dir", str(output_dir)]
     if steps is not None:
         command += ["--steps", str(steps)]
     command += extra
