@@ -6,7 +6,9 @@ copied here. It fails under CI=true when that folder is missing and skips elsewh
 suite's own decorators and checks (GPU, Hub, `@slow`, missing optional packages, features MiniMind lacks).
 """
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -40,6 +42,7 @@ def _suite_root() -> Path:
             pytest.fail(message, pytrace=False)
         pytest.skip(message, allow_module_level=True)
     root = Path(tempfile.mkdtemp(prefix="minimind-hf-tests-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # removes the links, not what they point to
     (root / "src").mkdir()
     (root / "src" / "transformers").symlink_to(Path(transformers.__file__).parent)
     (root / "tests").symlink_to(HF_TESTS / "tests")
