@@ -5,7 +5,7 @@ the wall time and the load average the run saw.
     python benchmarks/demo_learning.py                  # seeds 42 1 2, each with the demo's other defaults
     python benchmarks/demo_learning.py --seeds 3 4 --steps 300 -- --threads 2
 
-The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on the seed's 0-1.5 rule scale) for 3 seeds, in
+The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on upstream's 0-1.5 rule scale) for 3 seeds, in
 about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (The suite runs the default seed
 only: tests/cli/test_demo.py's slow test.)
 """
@@ -26,14 +26,14 @@ WINDOW = 10
 MIN_GAIN = 0.5
 
 
-def run_seed(seed: int, steps: int | None, extra: list[str], keep: Path | None) -> dict:
+def run_seed(upstream: int, steps: int | None, extra: list[str], keep: Path | None) -> dict:
     if keep is not None:
         return _run_seed(seed, steps, extra, keep / f"seed{seed}")
     with tempfile.TemporaryDirectory(prefix=f"demo-seed{seed}-") as scratch:
         return _run_seed(seed, steps, extra, Path(scratch) / "out")
 
 
-def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) -> dict:
+def _run_seed(upstream: int, steps: int | None, extra: list[str], output_dir: Path) -> dict:
     command = [sys.executable, "-m", "minimind_trl.cli", "demo", "--seed", str(seed), "--output-dir", str(output_dir)]
     if steps is not None:
         command += ["--steps", str(steps)]

@@ -1,6 +1,6 @@
-"""One GRPO step, side by side: the seed's loop against minimind-trl's trainer, same model, prompts, rewards.
+"""One GRPO step, side by side: upstream's loop against minimind-trl's trainer, same model, prompts, rewards.
 
-(a) `seed`: `benchmarks/seed_loop.py`, the seed's step re-implemented from the seed walk-through (HF
+(a) `seed`: `benchmarks/seed_loop.py`, upstream's step re-implemented from the spec's walk-through (HF
     `generate` in training mode with temperature 0.8 and the then-default `top_k=50`, fp32, full-vocabulary
     per-row log-softmax for policy and reference, a second forward for the MoE aux loss, one reward-model
     call per completion, AdamW + clip + cosine).
@@ -67,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     model.add_argument("--kv-heads", type=int, default=2)
     model.add_argument("--vocab-size", type=int, default=6400)
     model.add_argument("--moe", action="store_true", help="MiniMind2 MoE (4 experts, top-2, 1 shared expert)")
-    model.add_argument("--prompts", type=int, default=2, help="prompts per step (the seed's --batch_size)")
+    model.add_argument("--prompts", type=int, default=2, help="prompts per step (upstream's --batch_size)")
     model.add_argument("--generations", type=int, default=8, help="completions per prompt")
     model.add_argument("--new-tokens", type=int, default=128, help="tokens generated per completion (forced)")
     model.add_argument("--rm-hidden-size", type=int, default=64, help="stand-in reward model width")
@@ -193,7 +193,7 @@ def load_shared(workdir: Path):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# (a) the seed's loop
+# (a) upstream's loop
 
 
 def run_seed(args, workdir: Path) -> dict:
@@ -225,7 +225,7 @@ def run_seed(args, workdir: Path) -> dict:
     expected_tokens = args.prompts * args.generations * args.new_tokens
     if any(r["stats"]["completion_tokens"] != expected_tokens for r in records):
         raise RuntimeError(
-            f"the seed loop generated {[r['stats']['completion_tokens'] for r in records]} tokens per "
+            f"upstream loop generated {[r['stats']['completion_tokens'] for r in records]} tokens per "
             f"step; expected {expected_tokens}"
         )
     timed = records[args.warmup :]

@@ -1,6 +1,6 @@
 """Reward-model scoring: one batched call against one call per conversation, equal scores.
 
-The seed scores every completion with `reward_model.get_score(tokenizer, messages)`, one forward pass per
+Upstream scores every completion with `reward_model.get_score(tokenizer, messages)`, one forward pass per
 conversation (two with an `<answer>`). `InternLM2Scorer.score(conversations)` sorts the conversations by
 length and runs them through the model `--batch-size` at a time. This script times both routes on the same
 stand-in reward model: random weights in the published InternLM2 layout (`--hidden-size 512 --layers 8` by
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     batched = InternLM2Scorer(model, tokenizer, batch_size=args.batch_size)
     lengths = [len(batched.token_ids(chat)) for chat in chats]
 
-    def one_at_a_time():  # the seed: reward_model.get_score(tokenizer, messages) per conversation
+    def one_at_a_time():  # upstream: reward_model.get_score(tokenizer, messages) per conversation
         return [model.get_score(tokenizer, chat) for chat in chats]
 
     def all_at_once():

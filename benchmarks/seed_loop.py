@@ -1,18 +1,18 @@
-"""MiniMind's GRPO step as the seed runs it, re-implemented from the seed walk-through for timing.
+"""MiniMind's GRPO step as upstream runs it, re-implemented for timing from the spec's walk-through of it.
 
 This is the baseline `grpo_step.py` measures minimind-trl against: the same model class and weights,
-the seed's control flow and costs, phase by phase:
+upstream's control flow and costs, phase by phase:
 
-* generation: stock `generate` on the policy *in training mode* (the seed never calls `eval()`), fp32,
+* generation: stock `generate` on the policy *in training mode* (upstream never calls `eval()`), fp32,
   `do_sample=True, temperature=0.8, num_return_sequences=G` and transformers 4.57's implicit `top_k=50`;
 * log-probs: a full `[N, R + 1, V]` logits tensor, a per-row full-vocabulary `log_softmax`, for the policy
-  (with grad) and the reference model (no grad), with no attention mask (the seed passes none);
+  (with grad) and the reference model (no grad), with no attention mask (upstream passes none);
   for MoE models a *second* full policy forward only to read the aux loss;
 * rewards: the rule rewards (reasoning mode) and one reward-model call per completion (two when an
   `<answer>` is present), each score clipped to [-3, 3];
-* the seed's double advantage normalisation, k3 KL, loss, `backward`, grad clip, AdamW and cosine step.
+* upstream's double advantage normalisation, k3 KL, loss, `backward`, grad clip, AdamW and cosine step.
 
-It deliberately keeps the seed's inefficiencies; it is not used by the package. The only departure is
+It deliberately keeps upstream's inefficiencies; it is not used by the package. The only departure is
 optional `min_new_tokens`, which the benchmark sets so both loops generate exactly the same lengths.
 """
 
@@ -35,7 +35,7 @@ REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
 @dataclass
 class SeedArgs:
-    """The seed's command-line defaults that matter for one step (see the seed's argument parser)."""
+    """Upstream's command-line defaults that matter for one step (see upstream's argument parser)."""
 
     num_generations: int = 8
     max_gen_len: int = 1536
@@ -46,7 +46,7 @@ class SeedArgs:
     accumulation_steps: int = 1
     reasoning: int = 1
     temperature: float = 0.8
-    top_k: int = 50  # transformers' generation default when the seed was written (4.57)
+    top_k: int = 50  # transformers' generation default when upstream was written (4.57)
     reward_clip: float = 3.0
     min_new_tokens: int | None = None  # benchmark only: force every completion to the full budget
 
@@ -74,7 +74,7 @@ def seed_rule_rewards(responses: list[str]) -> torch.Tensor:
 def seed_calculate_rewards(
     prompts: list[str], responses: list[str], score_one: Callable[[list[dict]], float], args: SeedArgs
 ) -> torch.Tensor:
-    """The seed's `calculate_rewards`: one reward-model call per completion (two with an `<answer>`)."""
+    """Upstream's `calculate_rewards`: one reward-model call per completion (two with an `<answer>`)."""
     rewards = seed_rule_rewards(responses) if args.reasoning == 1 else torch.zeros(len(responses))
     scale = args.reward_clip
     scores = []
@@ -96,9 +96,9 @@ def seed_calculate_rewards(
 
 
 class SeedGRPOLoop:
-    """Holds the seed's policy, reference, optimiser and scheduler; `step(prompts)` runs one seed step.
+    """Holds upstream's policy, reference, optimiser and scheduler; `step(prompts)` runs one seed step.
 
-    `score_one(messages) -> float` stands for the seed's `reward_model.get_score(reward_tokenizer, messages)`.
+    `score_one(messages) -> float` stands for upstream's `reward_model.get_score(reward_tokenizer, messages)`.
     """
 
     def __init__(self, model, ref_model, tokenizer, score_one, args: SeedArgs, total_steps: int):

@@ -1,7 +1,7 @@
 """MiniMind's RLAIF data as TRL prompt rows.
 
 MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
-`{"conversations": [{"content": ...}, {"content": ...}, ...]}`. The seed's `RLAIFDataset` (MiniMind2,
+`{"conversations": [{"content": ...}, {"content": ...}, ...]}`. Upstream's `RLAIFDataset` (MiniMind2,
 `dataset/lm_dataset.py`) turns each line into a prompt and a reference answer:
 
 * roles are assigned by position, user for even turns and assistant for odd ones (any `role` in the data
@@ -11,13 +11,13 @@ MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
   template inserts its default one (`You are a helpful assistant`).
 
 `load_rlaif_dataset` returns the same thing in TRL's conversational form, a `datasets.Dataset` with a
-`prompt` column (the message list; TRL renders it with the policy's template, as the seed did) and an
+`prompt` column (the message list; TRL renders it with the policy's template, as upstream did) and an
 `answer` column. Differences from upstream, on purpose:
 
 * `roles="data"` uses the roles written in the file instead of positions (newer MiniMind data carries them);
-* `system_prompt` adds an explicit system turn (the seed never does; MiniMind-3's loader adds a random one
+* `system_prompt` adds an explicit system turn (upstream never does; MiniMind-3's loader adds a random one
   for 20% of rows, and randomly toggles thinking, which we do not reproduce);
-* a conversation needs at least two turns (the seed would train on a prompt with no user turn);
+* a conversation needs at least two turns (upstream would train on a prompt with no user turn);
 * bad rows are errors that name the file and line, never dropped silently (`skip_bad_rows=True` skips
   them and logs how many and where).
 """
@@ -178,9 +178,9 @@ def load_rlaif_dataset(
         split: split to read from folders and Hub datasets.
         data_files: passed to `datasets.load_dataset` (which file(s) of a folder or Hub repo).
         revision: Hub revision.
-        roles: `"position"` (the seed: user, assistant, user, ...) or `"data"` (each turn's `role` field).
+        roles: `"position"` (upstream: user, assistant, user, ...) or `"data"` (each turn's `role` field).
         system_prompt: prepend this system turn to every prompt (default: none; the chat template's default
-            system turn applies, as in the seed).
+            system turn applies, as in upstream).
         skip_bad_rows: skip malformed rows instead of raising; the number skipped (and where) is logged as a
             warning and stored as `dataset.info.description`.
 

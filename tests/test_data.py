@@ -23,7 +23,7 @@ ROWS = [
             {"role": "assistant", "content": ""},
         ]
     },
-    # roles in the data that disagree with positions: the seed assigns roles by position
+    # roles in the data that disagree with positions: upstream assigns roles by position
     {"conversations": [{"role": "system", "content": "ignored role"}, {"role": "user", "content": "reference"}]},
 ]
 
@@ -34,7 +34,7 @@ def write_jsonl(path, lines):
 
 
 def seed_prompt_and_answer(tokenizer, conversations):
-    """The seed's RLAIFDataset._create_chat_prompt, transcribed."""
+    """Upstream's RLAIFDataset._create_chat_prompt, transcribed."""
     messages = []
     answer = ""
     for i, turn in enumerate(conversations):
@@ -52,7 +52,7 @@ def test_jsonl_rows_become_the_seeds_prompts(tmp_path):
     for row, source in zip(dataset, ROWS):
         assert is_conversational(row)
         expected_prompt, expected_answer = seed_prompt_and_answer(tokenizer, source["conversations"])
-        # what TRL renders from our conversational prompt is what the seed rendered
+        # what TRL renders from our conversational prompt is what upstream rendered
         assert apply_chat_template({"prompt": row["prompt"]}, tokenizer)["prompt"] == expected_prompt
         assert row["answer"] == expected_answer
     assert dataset[3]["prompt"] == [{"role": "user", "content": "ignored role"}]

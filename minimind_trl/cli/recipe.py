@@ -195,8 +195,8 @@ def _cpu_hint(exc: Exception) -> str:
     if "doesn't support bf16" not in str(exc):
         return ""
     return (
-        " [no GPU here: the seed recipes train in bf16; on CPU pass --use_cpu true, and --bf16 false for the "
-        "seed's own CPU numerics (its bf16 autocast does nothing on CPU)]"
+        " [no GPU here: upstream recipes train in bf16; on CPU pass --use_cpu true, and --bf16 false for the "
+        "upstream's own CPU numerics (its bf16 autocast does nothing on CPU)]"
     )
 
 

@@ -20,7 +20,7 @@ class GRPOScriptArguments(ScriptArguments):
     Parameters:
         dataset_name (`str`):
             RLAIF data: a local `.jsonl` file in MiniMind's format (`{"conversations": [...]}`), a folder of them,
-            or a Hub dataset name. Seed: `--data_path`.
+            or a Hub dataset name. Upstream: `--data_path`.
         dataset_data_files (`str`, *optional*):
             Which file(s) of a folder or Hub dataset to read, e.g. `rlaif-mini.jsonl` of
             `jingyaogong/minimind_dataset`.
@@ -28,13 +28,13 @@ class GRPOScriptArguments(ScriptArguments):
             Keep only the first N rows (smoke tests, the demo). `None` keeps everything.
         reward_funcs (`list[str]`):
             Reward functions, summed with `reward_weights` (a `MiniMindGRPOConfig` field, default all 1). Names:
-            `format` (+0.5 for the seed's `<think>…</think><answer>…</answer>` layout), `tag_count` (+0.25 per tag
+            `format` (+0.5 for upstream's `<think>…</think><answer>…</answer>` layout), `tag_count` (+0.25 per tag
             that occurs exactly once), `reward_model` (the reward model at `reward_model_name_or_path`, scored the
-            seed's way), or any importable `package.module:function` (also `package.module.function`) taking TRL's
+            upstream's way), or any importable `package.module:function` (also `package.module.function`) taking TRL's
             reward-function arguments. Seed `--reasoning 1`: `[format, tag_count, reward_model]`; `--reasoning 0`:
             `[reward_model]`.
         reward_model_name_or_path (`str`, *optional*):
-            Folder or Hub id of the reward model used by `reward_model`. Seed: `--reward_model_path`
+            Folder or Hub id of the reward model used by `reward_model`. Upstream: `--reward_model_path`
             (`internlm2-1_8b-reward`).
         reward_model_type (`str`, defaults to `"auto"`):
             `internlm2` (InternLM2's reward head, loaded natively, no remote code), `sequence_classification`
@@ -43,7 +43,7 @@ class GRPOScriptArguments(ScriptArguments):
             Seed `--reasoning`: the reward-model term also scores the text inside `<answer>…</answer>` and blends
             `0.4 * full + 0.6 * answer`. It does not add rule rewards by itself; list them in `reward_funcs`.
         reward_model_clip (`float`, defaults to `3.0`):
-            Reward-model scores are clipped to `[-clip, clip]` (the seed's `scale = 3.0`).
+            Reward-model scores are clipped to `[-clip, clip]` (upstream's `scale = 3.0`).
         tokenizer_name_or_path (`str`, *optional*):
             Tokenizer folder or Hub id. Required when `model_name_or_path` is a native MiniMind `.pth`, which
             carries no tokenizer; defaults to the model folder otherwise.

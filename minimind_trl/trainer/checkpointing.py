@@ -210,7 +210,7 @@ def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
             )
         logger.warning(
             "Resuming a %d-process checkpoint on %d process(es): weights, optimizer, scheduler and the prompt order "
-            "continue exactly (same global batch); the sampling RNG is per process and restarts from the seed.",
+            "continue exactly (same global batch); the sampling RNG is per process and restarts from the random seed.",
             saved.world_size,
             now.world_size,
         )

@@ -13,7 +13,7 @@ computation for the configurations GRPO uses and nothing else:
 * the model's own KV cache (`DynamicCache`), positions counted over real tokens of left-padded prompts;
 * the model class's own `forward`: instance-level wrappers that training installs on `model.forward` (TRL's
   fused LM head, accelerate's mixed-precision autocast) are bypassed while decoding, so sampling runs in the
-  weights' own precision, as the seed's did (module hooks still run).
+  weights' own precision, as upstream's did (module hooks still run).
 
 Any other generation setting (repetition penalty, top-p/min-p, beams, suppressed tokens, ...) makes
 `generate` fall back to the model's stock `generate`, so behaviour never changes silently. Greedy output

@@ -24,15 +24,15 @@ class MiniMindGRPOConfig(GRPOConfig):
 
         max_prompt_length (`int` or `None`, *optional*, defaults to `66`):
             Keep only the last `max_prompt_length` tokens of each tokenized prompt (the left side is dropped, so
-            the generation prompt `<|im_start|>assistant\n` survives). Seed: `--max_seq_len 66`. `None` keeps
+            the generation prompt `<|im_start|>assistant\n` survives). Upstream: `--max_seq_len 66`. `None` keeps
             whole prompts. TRL 1.16 itself has no prompt truncation.
         advantage_estimator (`str`, *optional*, defaults to `"minimind"`):
-            `"minimind"`: the seed's advantages (see [`minimind_advantages`]): per-group z-score with the unbiased
+            `"minimind"`: upstream's advantages (see [`minimind_advantages`]): per-group z-score with the unbiased
             std + 1e-4, clamped to [-10, 10], then re-normalised over the process-local generation batch.
             `scale_rewards` and `multi_objective_aggregation` must keep their defaults then, since they would
             have no effect. `"trl"`: TRL's own advantages (`scale_rewards`, `multi_objective_aggregation`).
         tempered_logprobs (`bool`, *optional*, defaults to `False`):
-            Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: the seed
+            Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: upstream
             samples at 0.8 but scores with untempered logits.
         fast_sampling (`bool`, *optional*, defaults to `True`):
             Sample rollouts with [`~minimind_trl.fast_generation.FastSampler`]: temperature + top-k drawn among the
@@ -56,46 +56,46 @@ class MiniMindGRPOConfig(GRPOConfig):
         moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
             model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
-            log-probs. Seed: implicit weight 1 (`loss = policy_loss + aux_loss`). Dense models return 0.
+            log-probs. Upstream: implicit weight 1 (`loss = policy_loss + aux_loss`). Dense models return 0.
 
-        > TRL / transformers parameters whose defaults are the seed's
+        > TRL / transformers parameters whose defaults are upstream's
 
         learning_rate (`float`, defaults to `8e-8`): seed `--learning_rate`.
         lr_scheduler_type (`str`, defaults to `"cosine_with_min_lr"`) and lr_scheduler_kwargs (defaults to
-            `{"min_lr_rate": 0.1}` for that scheduler): cosine from the peak to 10 % of it over the run, the seed's
+            `{"min_lr_rate": 0.1}` for that scheduler): cosine from the peak to 10 % of it over the run, upstream's
             `CosineAnnealingLR(T_max=total_steps, eta_min=lr / 10)`.
-        weight_decay (`float`, defaults to `0.01`): the seed's `torch.optim.AdamW` default. (transformers exempts
-            norm weights and biases from decay; the seed decays every parameter.)
+        weight_decay (`float`, defaults to `0.01`): upstream's `torch.optim.AdamW` default. (transformers exempts
+            norm weights and biases from decay; upstream decays every parameter.)
         max_grad_norm (`float`, defaults to `1.0`): seed `--grad_clip`.
         num_train_epochs (`float`, defaults to `1`): seed `--epochs`.
-        per_device_train_batch_size (`int`, defaults to `16`): completions per device and step, i.e. the seed's
+        per_device_train_batch_size (`int`, defaults to `16`): completions per device and step, i.e. upstream's
             `--batch_size 2` prompts x `--num_generations 8`.
         gradient_accumulation_steps: seed `--accumulation_steps` (1).
         steps_per_generation (`int`, defaults to `1` unless `generation_batch_size` is set): generate for every
-            micro-batch as the seed does, so the advantages' batch normalisation spans one micro-batch per
-            process, as in the seed. TRL's default (`gradient_accumulation_steps`) generates once per optimizer
+            micro-batch as upstream does, so the advantages' batch normalisation spans one micro-batch per
+            process, as in upstream. TRL's default (`gradient_accumulation_steps`) generates once per optimizer
             step instead.
         num_generations (`int`, defaults to `8`): seed `--num_generations`.
         max_completion_length (`int`, defaults to `1536`): seed `--max_gen_len`.
-        temperature (`float`, defaults to `0.8`): the seed's hard-coded sampling temperature.
-        top_k (`int`, defaults to `50`): the seed never sets it, so it sampled with the transformers 4.x
+        temperature (`float`, defaults to `0.8`): upstream's hard-coded sampling temperature.
+        top_k (`int`, defaults to `50`): upstream never sets it, so it sampled with the transformers 4.x
             generation default `top_k=50` (`top_p=1.0`, which is also TRL's default). TRL's default is `0`
             (disabled); set `top_k: 0` for plain temperature sampling.
         beta (`float`, defaults to `0.02`): seed `--beta`, the weight of the k3 KL to the frozen reference.
-        loss_type (`str`, defaults to `"grpo"`): the seed's aggregation, the mean over completions of the
-            masked token mean, divided by the accumulation steps. Any TRL loss type can be used with the seed's
+        loss_type (`str`, defaults to `"grpo"`): upstream's aggregation, the mean over completions of the
+            masked token mean, divided by the accumulation steps. Any TRL loss type can be used with upstream's
             advantages (e.g. `"dapo"` sums token losses over the batch's completion tokens instead).
         num_iterations (`int`, defaults to `1`): one optimisation pass per generation, so the PPO ratio is
-            exactly 1 in value and its clipping never binds (the seed has no clipping).
-        use_bias_correction_kl (`bool`, defaults to `False`): the seed's KL carries no importance-sampling weight.
+            exactly 1 in value and its clipping never binds (upstream has no clipping).
+        use_bias_correction_kl (`bool`, defaults to `False`): upstream's KL carries no importance-sampling weight.
         bf16 (`bool`, defaults to `True` unless `fp16` is set): bf16 mixed precision (autocast, fp32 master
-            weights), the seed's `--dtype bfloat16`. `bf16: false` restores fp32 numerics. As in TRL, bf16 on a
+            weights), upstream's `--dtype bfloat16`. `bf16: false` restores fp32 numerics. As in TRL, bf16 on a
             machine without a GPU needs `use_cpu: true`.
-        activation_checkpointing / gradient_checkpointing (`bool`, default off): the seed does not recompute
+        activation_checkpointing / gradient_checkpointing (`bool`, default off): upstream does not recompute
             activations; TRL's default (on) trades a second forward of every layer for memory.
         logging_steps (`float`, defaults to `1`): seed `--log_interval`.
         save_steps (`float`, defaults to `10`): seed `--save_interval`.
-        seed (`int`, defaults to `42`): the seed script's `setup_seed(42)`.
+        seed (`int`, defaults to `42`): upstream's `setup_seed(42)`.
     """
 
     # MiniMind-specific parameters
@@ -103,13 +103,13 @@ class MiniMindGRPOConfig(GRPOConfig):
         default=66,
         metadata={
             "help": "Keep only the last `max_prompt_length` tokens of each prompt (left side dropped), like the "
-            "seed's `--max_seq_len`. `None` keeps whole prompts."
+            "upstream's `--max_seq_len`. `None` keeps whole prompts."
         },
     )
     advantage_estimator: str = field(
         default="minimind",
         metadata={
-            "help": "'minimind': the seed's double-normalised advantages (group z-score with unbiased std + 1e-4, "
+            "help": "'minimind': upstream's double-normalised advantages (group z-score with unbiased std + 1e-4, "
             "clamp to [-10, 10], then re-normalised over the process-local batch). 'trl': TRL's advantages "
             "(`scale_rewards`, `multi_objective_aggregation`).",
             "choices": list(ADVANTAGE_ESTIMATORS),
@@ -150,7 +150,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         default=1.0,
         metadata={
             "help": "Weight of the model's own MoE load-balancing loss (`aux_loss` of the policy forward, already "
-            "scaled by the model's `router_aux_loss_coef`). The seed adds it with weight 1."
+            "scaled by the model's `router_aux_loss_coef`). Upstream adds it with weight 1."
         },
     )
     dynamic_sampling: bool = field(
@@ -184,42 +184,42 @@ class MiniMindGRPOConfig(GRPOConfig):
         },
     )
 
-    # TRL / transformers parameters with the seed's defaults
-    learning_rate: float = field(default=8e-8, metadata={"help": "Peak learning rate of AdamW (seed: 8e-8)."})
+    # TRL / transformers parameters with upstream's defaults
+    learning_rate: float = field(default=8e-8, metadata={"help": "Peak learning rate of AdamW (upstream: 8e-8)."})
     lr_scheduler_type: str = field(
         default="cosine_with_min_lr",
         metadata={"help": "Scheduler; the default decays the lr along a cosine to `min_lr_rate` (0.1) of its peak."},
     )
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (torch's AdamW default)."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (seed: 1.0)."})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs (seed: 1)."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (upstream: 1.0)."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs (upstream: 1)."})
     per_device_train_batch_size: int = field(
-        default=16, metadata={"help": "Completions per device and step: 2 prompts x 8 generations, as in the seed."}
+        default=16, metadata={"help": "Completions per device and step: 2 prompts x 8 generations, as in upstream."}
     )
-    num_generations: int | None = field(default=8, metadata={"help": "Completions per prompt (seed: 8)."})
-    max_completion_length: int | None = field(default=1536, metadata={"help": "Maximum new tokens (seed: 1536)."})
-    temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (seed: 0.8)."})
+    num_generations: int | None = field(default=8, metadata={"help": "Completions per prompt (upstream: 8)."})
+    max_completion_length: int | None = field(default=1536, metadata={"help": "Maximum new tokens (upstream: 1536)."})
+    temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (upstream: 0.8)."})
     top_k: int = field(
         default=50,
         metadata={
-            "help": "Top-k sampling; 50 is what the seed implicitly used (transformers 4.x default). 0 disables."
+            "help": "Top-k sampling; 50 is what upstream implicitly used (transformers 4.x default). 0 disables."
         },
     )
-    beta: float = field(default=0.02, metadata={"help": "Weight of the k3 KL to the reference model (seed: 0.02)."})
+    beta: float = field(default=0.02, metadata={"help": "Weight of the k3 KL to the reference model (upstream: 0.02)."})
     loss_type: str = field(
         default="grpo",
-        metadata={"help": "Loss aggregation; 'grpo' is the seed's (mean over completions of the masked token mean)."},
+        metadata={"help": "Loss aggregation; 'grpo' is upstream's (mean over completions of the masked token mean)."},
     )
     use_bias_correction_kl: bool = field(
-        default=False, metadata={"help": "Weight the KL by the importance-sampling ratio (the seed does not)."}
+        default=False, metadata={"help": "Weight the KL by the importance-sampling ratio (upstream does not)."}
     )
     # transformers 5.24 renamed it `activation_checkpointing`; None lets either name switch it on (off by default)
     gradient_checkpointing: bool | None = field(
         default=None,
-        metadata={"help": "Deprecated alias of `activation_checkpointing`; off unless set, like the seed."},
+        metadata={"help": "Deprecated alias of `activation_checkpointing`; off unless set, like upstream."},
     )
-    logging_steps: float = field(default=1, metadata={"help": "Log every X optimizer steps (seed: 1)."})
-    save_steps: float = field(default=10, metadata={"help": "Save a checkpoint every X optimizer steps (seed: 10)."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every X optimizer steps (upstream: 1)."})
+    save_steps: float = field(default=10, metadata={"help": "Save a checkpoint every X optimizer steps (upstream: 10)."})
 
     def __post_init__(self):
         if self.lr_scheduler_type == "cosine_with_min_lr" and self.lr_scheduler_kwargs is None:
@@ -246,7 +246,7 @@ class MiniMindGRPOConfig(GRPOConfig):
             if self.scale_rewards != "group":
                 raise ValueError(
                     f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator='minimind' (the "
-                    "seed's group z-score then batch re-normalisation). Use advantage_estimator='trl' for TRL's "
+                    "upstream's group z-score then batch re-normalisation). Use advantage_estimator='trl' for TRL's "
                     "scaling."
                 )
             if self.multi_objective_aggregation != "sum_then_normalize":

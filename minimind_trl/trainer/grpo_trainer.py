@@ -55,7 +55,7 @@ def _minimind_stages(rewards_per_func: torch.Tensor, reward_weights: torch.Tenso
 
 
 class MiniMindGRPOTrainer(GRPOTrainer):
-    """TRL's `GRPOTrainer` computing MiniMind's GRPO: the seed's advantages, untempered log-probs, the MoE
+    """TRL's `GRPOTrainer` computing MiniMind's GRPO: upstream's advantages, untempered log-probs, the MoE
     load-balancing loss of the policy forward, prompts cut from the left and generation in eval mode.
 
     Takes `GRPOTrainer`'s arguments; `args` must be a [`MiniMindGRPOConfig`]. `model` may be a path, a Hub id
@@ -109,7 +109,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     # --- prompts and generation ------------------------------------------------------------------------
 
     def _tokenize_prompts(self, prompts: list):
-        """TRL's tokenization, then each prompt cut to its last `max_prompt_length` tokens (the seed's cut)."""
+        """TRL's tokenization, then each prompt cut to its last `max_prompt_length` tokens (upstream's cut)."""
         prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
         limit = self.args.max_prompt_length
         if limit is not None and any(len(ids) > limit for ids in prompt_ids):
@@ -229,7 +229,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         if self._past_eos_attended:
-            # completion positions all visible, as in the seed's mask-free forward (see `_attending_past_eos`)
+            # completion positions all visible, as in upstream's mask-free forward (see `_attending_past_eos`)
             attention_mask = attention_mask.clone()
             attention_mask[:, -logits_to_keep:] = 1
         return super()._get_per_token_logps_and_entropies(
@@ -240,10 +240,10 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     def _attending_past_eos(self):
         """Inside the block, the policy forward attends to the padding after each completion's first EOS.
 
-        The seed's loss forward passes no attention mask. Causal attention keeps the log-probs of real completion
+        Upstream's loss forward passes no attention mask. Causal attention keeps the log-probs of real completion
         tokens independent of what follows them, so only MiniMind's MoE load-balancing loss, which upstream takes
         over every position, sees the difference: with TRL's mask the padded positions' hidden states (and so their
-        routing) differ from the seed's. Prompt padding stays masked (a documented deviation).
+        routing) differ from upstream's. Prompt padding stays masked (a documented deviation).
         """
         self._past_eos_attended = True
         try:

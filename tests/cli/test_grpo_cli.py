@@ -56,7 +56,7 @@ def test_recipe_gives_defaults_and_command_line_overrides(tmp_path, policy, data
     )
     assert training_args.learning_rate == 0.5  # command line wins
     assert training_args.num_generations == 4  # from the recipe
-    assert training_args.beta == 0.02  # MiniMindGRPOConfig's (the seed's) default
+    assert training_args.beta == 0.02  # MiniMindGRPOConfig's (upstream's) default
     assert script_args.reward_funcs == ["format", "tag_count"]
     assert model_args.model_name_or_path == str(policy)
     assert parsed.path == str(recipe) and "--learning_rate" in parsed.overrides
@@ -227,7 +227,7 @@ def _recipe_values(path: Path) -> dict:
 def test_seed_recipes_parse_and_comment_every_value(path):
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if line and not line.startswith((" ", "#")):
-            assert "#" in line, f"{path}:{number}: value without a comment naming its seed flag: {line!r}"
+            assert "#" in line, f"{path}:{number}: value without a comment naming its upstream flag: {line!r}"
     # bf16 needs a GPU; everything else parses as shipped.
     script_args, training_args, model_args, _ = parse_args(
         ["--config", str(path), "--bf16", "false", "--use_cpu", "true"]
@@ -316,7 +316,7 @@ def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
     converted = MiniMindForCausalLM.from_pretrained(out / "_base_model")
     for key, value in model.state_dict().items():
         torch.testing.assert_close(converted.state_dict()[key], value.half().float())
-    state = torch.load(out / "grpo_32.pth", weights_only=True)  # the seed's --save_weight grpo file
+    state = torch.load(out / "grpo_32.pth", weights_only=True)  # upstream's --save_weight grpo file
     at_checkpoint = torch.load(out / "checkpoint-1" / "grpo_32.pth", weights_only=True)  # also at every save
     assert all(torch.equal(at_checkpoint[key], value) for key, value in state.items())
     trained = MiniMindForCausalLM.from_pretrained(out)

@@ -1,6 +1,6 @@
-"""The reward callables against an independent transcription of the seed's `calculate_rewards`.
+"""The reward callables against an independent transcription of upstream's `calculate_rewards`.
 
-`seed_rule_rewards` and `seed_reward_model_scores` below are written from the spec's formulas (the seed's
+`seed_rule_rewards` and `seed_reward_model_scores` below are written from the spec's formulas (upstream's
 code path, line by line) and serve as the oracle; the library code is compared with them on hand-written
 and random completions.
 """
@@ -23,11 +23,11 @@ from minimind_trl.rewards import (
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
 # --------------------------------------------------------------------------------------------------------------
-# The oracle: the seed's arithmetic, transcribed.
+# The oracle: upstream's arithmetic, transcribed.
 
 
 def seed_rule_rewards(responses):
-    """format (0.5) + tags (0.25 each), per response, as the seed's `reasoning_model_reward` adds them."""
+    """format (0.5) + tags (0.25 each), per response, as upstream's `reasoning_model_reward` adds them."""
     pattern = r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"
     pattern2 = r"^<think>\n.*?\n</think>\n\n<answer>\n.*?\n</answer>$"
     format_rewards = []
@@ -53,7 +53,7 @@ def seed_rule_rewards(responses):
 
 
 def seed_reward_model_scores(prompts, responses, get_score, num_generations, reasoning=True):
-    """The seed's per-completion reward-model loop (prompts are the B rendered prompt strings)."""
+    """Upstream's per-completion reward-model loop (prompts are the B rendered prompt strings)."""
     scores = []
     scale = 3.0
     for i in range(len(prompts)):
@@ -226,7 +226,7 @@ class ScriptedScorer:
         self.calls.append([list(conversation) for conversation in conversations])
         return [self.table.get(conversation[-1]["content"], self.default) for conversation in conversations]
 
-    def get_score(self, conversation):  # the seed's one-at-a-time API, for the oracle
+    def get_score(self, conversation):  # upstream's one-at-a-time API, for the oracle
         return self.table.get(conversation[-1]["content"], self.default)
 
 

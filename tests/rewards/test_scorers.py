@@ -95,7 +95,7 @@ def test_internlm2_scorer_runs_ceil_n_over_batch_size_forwards(reward_model, rew
 
 
 def test_reward_model_reward_with_internlm2_equals_the_seed_loop(reward_model, reward_tokenizer):
-    """The seed called `reward_model.get_score(tokenizer, messages)` once or twice per completion."""
+    """Upstream called `reward_model.get_score(tokenizer, messages)` once or twice per completion."""
     policy_tokenizer = build_minimind_tokenizer()
     prompts = [[{"role": "user", "content": "中国的首都是哪里？"}], [{"role": "user", "content": "What is 2 + 3?"}]]
     completions = [

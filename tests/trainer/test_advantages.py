@@ -70,7 +70,7 @@ def _rewards(kind: str, num_prompts: int, num_generations: int, generator: torch
         return torch.randn(shape, generator=generator)
     if kind == "rule":  # format 0/0.5 + tags 0..1 in quarters, as the rule rewards give
         return torch.randint(0, 8, shape, generator=generator).float() * 0.25
-    if kind == "reward_model":  # clipped to [-3, 3] like the seed's reward-model term
+    if kind == "reward_model":  # clipped to [-3, 3] like upstream's reward-model term
         return (torch.randn(shape, generator=generator) * 2).clamp(-3, 3)
     if kind == "sparse":  # mostly equal rewards: zero-spread groups and lone outliers
         return (torch.rand(shape, generator=generator) < 0.05).float()
@@ -156,7 +156,7 @@ def test_nan_rewards_get_zero_and_stay_out_of_the_statistics():
 
 def test_all_nan_and_single_generation_give_zeros():
     assert torch.equal(minimind_advantages(torch.full((6,), float("nan")), 3), torch.zeros(6))
-    # one completion per prompt: no spread (the seed's unbiased std would be NaN)
+    # one completion per prompt: no spread (upstream's unbiased std would be NaN)
     assert torch.equal(minimind_advantages(torch.tensor([0.1, 0.9, 0.4]), 1), torch.zeros(3))
     assert torch.equal(batch_renormalize(torch.tensor([3.0])), torch.zeros(1))
 

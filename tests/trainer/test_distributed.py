@@ -113,7 +113,7 @@ def test_ddp_two_processes(ddp):
 
 
 def test_two_process_checkpoint_resumes_on_one_process(ddp, setup, capsys):
-    """The seed's resume handled a changed world size; here the global batch stays 8 completions, so the single
+    """Upstream's resume handled a changed world size; here the global batch stays 8 completions, so the single
     process continues with exactly the prompts the two processes would have drawn at step 2."""
     from minimind_trl.grpo import main
 
@@ -299,7 +299,7 @@ def assert_same_step(weights, expected, start, moved):
 @pytest.fixture(scope="module")
 def zero3(setup):
     """2 processes under ZeRO-3, with a (whole, unpartitioned) reward model, a checkpoint at every step and the
-    seed's native .pth at every save (zero3_save_16bit_model in recipes/accelerate/zero3.yaml allows it)."""
+    upstream's native .pth at every save (zero3_save_16bit_model in recipes/accelerate/zero3.yaml allows it)."""
     folder = run_dir(setup, "zero3")
     recipe = tiny_recipe(
         folder,

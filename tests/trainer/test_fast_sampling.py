@@ -27,7 +27,7 @@ def prompts():
     torch.manual_seed(1)
     input_ids = torch.randint(3, VOCAB, (3, 7))
     attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :3] = 0  # left padding, as TRL and the seed pad prompts
+    attention_mask[0, :3] = 0  # left padding, as TRL and upstream pad prompts
     attention_mask[1, :1] = 0
     return input_ids.masked_fill(attention_mask == 0, 0), attention_mask
 

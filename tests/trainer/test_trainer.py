@@ -1,4 +1,4 @@
-"""MiniMindGRPOTrainer: the seed's arithmetic through TRL's own code paths, and short real train() runs."""
+"""MiniMindGRPOTrainer: upstream's arithmetic through TRL's own code paths, and short real train() runs."""
 
 import copy
 import gc
@@ -63,7 +63,7 @@ def grpo_config(tmp_path, **overrides):
     return MiniMindGRPOConfig(**values)
 
 
-# --- the seed's arithmetic, written in the test from the spec's formulas ------------------------------
+# --- upstream's arithmetic, written in the test from the spec's formulas ------------------------------
 
 
 def seed_advantages(rewards, num_generations):
@@ -82,7 +82,7 @@ def seed_completion_mask(completion_ids):
 
 
 def seed_per_token_logps(model, input_ids, n_keep):
-    """One full log-softmax per row over the last n_keep positions (the seed's get_per_token_logps: no mask)."""
+    """One full log-softmax per row over the last n_keep positions (upstream's get_per_token_logps: no mask)."""
     logits = model(input_ids, logits_to_keep=n_keep + 1).logits[:, :-1, :]
     rows = [
         torch.gather(row_logits.log_softmax(dim=-1), 1, row_ids.unsqueeze(1)).squeeze(1)
@@ -92,8 +92,8 @@ def seed_per_token_logps(model, input_ids, n_keep):
 
 
 def seed_loss(policy, reference, input_ids, completion_ids, rewards, num_generations, beta, accumulation, loss_type):
-    """The seed's loss, literally: its forwards see no attention mask (the prompts here have equal lengths, so the
-    seed's missing prompt mask changes nothing), padding after the first EOS included, and MoE models run a second
+    """Upstream's loss, literally: its forwards see no attention mask (the prompts here have equal lengths, so the
+    upstream's missing prompt mask changes nothing), padding after the first EOS included, and MoE models run a second
     full forward for the aux loss."""
     n_keep = completion_ids.size(1)
     completion_mask = seed_completion_mask(completion_ids)
@@ -107,7 +107,7 @@ def seed_loss(policy, reference, input_ids, completion_ids, rewards, num_generat
     per_token_loss = -(
         torch.exp(per_token_logps - per_token_logps.detach()) * advantages.unsqueeze(1) - beta * per_token_kl
     )
-    if loss_type == "grpo":  # the seed's aggregation
+    if loss_type == "grpo":  # upstream's aggregation
         policy_loss = ((per_token_loss * completion_mask).sum(dim=1) / completion_mask.sum(dim=1)).mean()
     else:  # TRL's "dapo": one token mean over the whole batch, same advantages
         policy_loss = (per_token_loss * completion_mask).sum() / completion_mask.sum()
@@ -211,7 +211,7 @@ TRAIN_PROMPTS = [f"Please think step by step. Question {i}: what is {i} plus {i}
 
 def fixed_completions(prompt_ids, num_generations, seed, vocab_size):
     """Deterministic completions per prompt (EOS at varied places, one row without EOS), cut after the first EOS
-    like TRL's generation path, and the full rows padded after EOS as the seed's loss sees them."""
+    like TRL's generation path, and the full rows padded after EOS as upstream's loss sees them."""
     rows = []
     for start in range(0, len(prompt_ids), num_generations):
         key = zlib.crc32(repr((seed, prompt_ids[start])).encode())
@@ -271,7 +271,7 @@ def test_optimizer_steps_through_train_equal_seed_arithmetic(tokenizer, tmp_path
     """Two optimizer steps of 2 accumulated micro-batches through `trainer.train()` end with the weights upstream's
     arithmetic gives on the same completions. With `steps_per_generation: 2` TRL generates once per step,
     normalises the advantages over the 16 rows, shuffles them and splits them into the 2 micro-batches; the
-    seed's per-row mean then equals one loss over the 16 rows (the two halves have equal size)."""
+    upstream's per-row mean then equals one loss over the 16 rows (the two halves have equal size)."""
     initial = tiny_model(tokenizer, seed=3)
     reference = copy.deepcopy(initial).eval()
     args = grpo_config(
@@ -412,7 +412,7 @@ def record_policy_forwards(backbone):
     return calls
 
 
-SEED_METRICS = (  # the seed's wandb keys -> TRL's names (avg_response_len -> completions/mean_length)
+SEED_METRICS = (  # upstream's wandb keys -> TRL's names (avg_response_len -> completions/mean_length)
     "reward",
     "rewards/even_token_reward/mean",
     "completions/mean_length",
@@ -656,7 +656,7 @@ def test_whole_prompts_without_max_prompt_length(tokenizer, tmp_path):
 
 
 def test_log_probs_attend_with_the_mask(tokenizer, tmp_path):
-    """The seed's log-prob forward passes no attention mask, so left padding leaks into a row; ours does not."""
+    """Upstream's log-prob forward passes no attention mask, so left padding leaks into a row; ours does not."""
     rows, _, _ = fixed_batch(tokenizer, masked=False)
     trainer = MiniMindGRPOTrainer(
         tiny_model(tokenizer),
