@@ -344,9 +344,9 @@ def test_a_checkpoint_that_does_not_fit_is_reported_by_from_pretrained_and_refus
     (tmp_path / "config.json").write_text(json.dumps({**config, "minimind_generation": "minimind2"}))
     _, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
     assert any("q_norm" in key for key in info["unexpected_keys"])
-    with pytest.raises(ModelSourceError, match=r"unexpected_keys.*q_norm"):
+    with pytest.raises(ModelSourceError, match=r"unexpected.*q_norm"):
         check_policy_weights(str(tmp_path))
-    with pytest.raises(ExportError, match=r"unexpected_keys.*q_norm"):
+    with pytest.raises(ExportError, match=r"unexpected.*q_norm"):
         load_minimind_folder(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 128, "head_dim": 32}))
     with pytest.raises((ValueError, RuntimeError), match="mismatched|size"):  # transformers raises this one itself
@@ -362,5 +362,5 @@ def test_from_pretrained_initialises_a_missing_untied_head_and_reports_it(tmp_pa
     model, info = MiniMindForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
     assert set(info["missing_keys"]) == {"lm_head.weight"}
     assert model.lm_head.weight.abs().sum() > 0
-    with pytest.raises(ModelSourceError, match=r"missing_keys.*lm_head\.weight"):
+    with pytest.raises(ModelSourceError, match=r"missing.*lm_head\.weight"):
         check_policy_weights(str(tmp_path))
