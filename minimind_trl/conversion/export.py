@@ -30,8 +30,9 @@ from ..errors import ConversionError, ExportError
 from ..loading_utils import DTYPES, loading_info_problems, write_folder_atomically
 from ..models.minimind.configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM, MiniMindRotaryEmbedding
-from ..models.minimind.tokenization_minimind import portable_tokenizer
+from ..trainer.run_safety import check_writable, os_error_line
 from .export_native import export_native
+from .export_source import TOKENIZER_FILES, load_minimind_folder
 from .native_config import native_sidecar_path
 
 FORMATS = ("native", "llama", "qwen3", "qwen3_moe", "gguf")
@@ -259,29 +260,6 @@ def verify_export(model: MiniMindForCausalLM, folder: str | Path, fmt: str, dtyp
     return diff
 
 
-# --------------------------------------------------------------------------- loading the source
-
-
-def load_minimind_folder(model_dir: str | Path) -> tuple[MiniMindForCausalLM, object | None]:
-    """A MiniMind `save_pretrained` folder, loaded strictly in its saved dtype, and its tokenizer if it has one."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise ExportError(f"{model_dir}: no config.json (expected a folder written by `minimind-trl convert` or save_pretrained)")
-    config = AutoConfig.from_pretrained(str(model_dir))
-    if config.model_type != "minimind":
-        raise ExportError(f"{model_dir}: model_type is {config.model_type!r}, not 'minimind'")
-    model, info = MiniMindForCausalLM.from_pretrained(str(model_dir), dtype="auto", output_loading_info=True)
-    problems = loading_info_problems(info)
-    if problems:
-        raise ExportError(f"{model_dir}: the weights do not match the config: {problems}")
-    tokenizer = None
-    if any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        tokenizer = portable_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
-    return model.eval(), tokenizer
-
-
 # --------------------------------------------------------------------------- CLI
 
 
@@ -300,6 +278,10 @@ def build_parser() -> FlagParser:
         help="weights dtype (default auto: the folder's; upstream's trainers save float16); gguf also takes q8_0 "
         "(norms and the MoE router stay float32 there, as llama.cpp's converter keeps them)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tokenizer", default=None, metavar="DIR",
+        help="tokenizer folder to include (default: MODEL_DIR's own); gguf needs one, the folders warn without",
+    )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace an existing output")
     parser.add_argument(
         "--no_verify", dest="verify", action="store_false",
@@ -308,12 +290,47 @@ def build_parser() -> FlagParser:
     return parser
 
 
+NO_TOKENIZER_WARNING = (
+    "warning: {model_dir} has no tokenizer ({files}), so {output} gets none: transformers' AutoTokenizer, vLLM, "
+    "SGLang and llama.cpp's converter read it from the folder. Pass --tokenizer DIR to include one."
+)
+
+
+def check_output_writable(output: str, fmt: str) -> None:
+    """Fail before the model loads when the output location cannot be written (a replaced .pth/.gguf: its folder)."""
+    path = Path(output)
+    probe = path.absolute().parent if fmt in ("native", "gguf") and path.is_file() else path
+    check_writable(str(probe), ExportError, "output")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`minimind-trl export`; user errors raise `ConversionError` (the `minimind-trl` command reports them)."""
+    """`minimind-trl export`; user errors raise `ConversionError` (the `minimind-trl` command reports them).
+
+    Without a tokenizer (none in the folder, no --tokenizer): gguf refuses, because the file must carry its
+    vocabulary and llama.cpp/Ollama have no other place to read one; the transformers folders are still a
+    correct model (a tokenizer can be copied in later), so they are written with a warning; native needs
+    none (upstream MiniMind reads its tokenizer from its own model/ folder).
+    """
     args = build_parser().parse_args(argv)
     if args.dtype == "q8_0" and args.fmt != "gguf":
         raise ExportError(f"--dtype q8_0 is a GGUF type; --format {args.fmt} takes {', '.join(DTYPES)} or auto")
-    model, tokenizer = load_minimind_folder(args.model_dir)
+    check_output_writable(args.output, args.fmt)
+    model, tokenizer = load_minimind_folder(args.model_dir, args.tokenizer)
+    if tokenizer is None and args.fmt == "gguf":
+        raise ExportError(
+            f"{args.model_dir} has no tokenizer ({', '.join(TOKENIZER_FILES)}): a GGUF file carries its tokenizer and "
+            f"llama.cpp/Ollama read it nowhere else. Pass --tokenizer DIR (the tokenizer the model was trained with)."
+        )
+    if tokenizer is None and args.fmt != "native":
+        files = ", ".join(TOKENIZER_FILES)
+        print(NO_TOKENIZER_WARNING.format(model_dir=args.model_dir, files=files, output=args.output), file=sys.stderr)
+    try:
+        return _write(args, model, tokenizer)
+    except OSError as exc:  # a full disk or a vanished folder midway; nothing half-written stays behind
+        raise ExportError(f"{args.output}: cannot write the export ({os_error_line(exc)})") from exc
+
+
+def _write(args, model, tokenizer) -> int:
     if args.fmt == "gguf":
         from .export_gguf import export_gguf
 

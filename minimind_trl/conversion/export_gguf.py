@@ -191,7 +191,7 @@ def export_gguf(
     if outtype not in GGUF_TYPES:
         raise ExportError(f"--format gguf: unknown type {outtype!r}; choose one of {', '.join(GGUF_TYPES)}")
     if tokenizer is None:
-        raise ExportError("--format gguf: the model folder has no tokenizer (llama.cpp needs it inside the file)")
+        raise ExportError("--format gguf: no tokenizer given; a GGUF file carries its tokenizer (llama.cpp needs it)")
     output_path = Path(output_path).absolute()
     if output_path.exists() and (output_path.is_dir() or not force):
         raise ExportError(f"{output_path} exists (use --force to replace a file)")
