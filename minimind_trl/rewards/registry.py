@@ -45,16 +45,30 @@ def read_reward_model_config(name_or_path: str, revision: str = "main") -> dict:
     elif os.path.exists(name_or_path) or name_or_path.startswith((".", "/", "~")):
         raise RewardSpecError(f"reward_model_name_or_path: {name_or_path} is not a model folder")
     else:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
 
         try:
             path = hf_hub_download(name_or_path, "config.json", revision=revision)
-        except Exception as exc:  # offline, missing repo, gated: all end here with the reason
+        except LocalEntryNotFoundError as exc:  # offline or no network, and not in the cache
+            raise RewardSpecError(_unreachable_message(name_or_path, exc, constants.is_offline_mode())) from exc
+        except Exception as exc:  # missing repo, gated, no config.json: all end here with the reason
             raise RewardSpecError(
                 f"reward_model_name_or_path: cannot read config.json of {name_or_path}: {exc}"
             ) from exc
     with open(path) as f:
         return json.load(f)
+
+
+def _unreachable_message(name_or_path: str, exc: Exception, offline: bool) -> str:
+    """A path that is neither a local folder nor reachable on the Hub: `models/rm` looks like a Hub id
+    `owner/name`, so huggingface_hub's "check your connection" would hide the likelier mistyped local path."""
+    why = "offline mode, HF_HUB_OFFLINE=1" if offline else f"the Hub cannot be reached: {exc.__cause__ or exc}"
+    return (
+        f"reward_model_name_or_path: {name_or_path} is not a local folder (nothing at "
+        f"{os.path.abspath(os.path.expanduser(name_or_path))}) and is not reachable as a Hub id either ({why}, and "
+        "it is not in the local Hub cache); check the path (relative paths start at the working directory)"
+    )
 
 
 def reward_model_kind(config: dict, name_or_path: str, requested: str = "auto") -> str:

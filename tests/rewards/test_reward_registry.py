@@ -122,3 +122,44 @@ def test_reward_model_scores_inside_a_grpo_step(tiny, tmp_path, kind):
     assert math.isfinite(score) and abs(score) <= 0.05 + 1e-6  # clipped to [-clip, clip] (mean logged in fp32)
     assert logged["reward"] == pytest.approx(score)  # the token reward has weight 0
     assert "reward_model/clipped_fraction" in logged
+
+
+def test_grpo_names_a_mistyped_relative_reward_model_path_offline(tmp_path, capsys, monkeypatch):
+    """`models/rm` looks like a Hub id: offline, the error must say the local folder is missing, not blame the
+    connection."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # huggingface_hub reads the variable at import
+    monkeypatch.chdir(tmp_path)
+    recipe = tiny_recipe(
+        tmp_path, build_tiny_policy(tmp_path / "policy"), write_rlaif(tmp_path / "d.jsonl"),
+        reward_funcs=["reward_model"], reward_model_name_or_path="models/rm",
+    )  # fmt: skip
+    assert main(["--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert f"models/rm is not a local folder (nothing at {tmp_path / 'models' / 'rm'})" in err, err
+    assert "not reachable as a Hub id either (offline mode, HF_HUB_OFFLINE=1" in err
+    assert "connection" not in err and "Traceback" not in err
+
+
+def test_a_network_error_also_names_the_missing_local_folder(tmp_path, monkeypatch):
+    """Online but without a network (huggingface_hub retries, then raises LocalEntryNotFoundError from the
+    connection error): the same message, with the connection error as the reason."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def no_network(*args, **kwargs):
+        cause = ConnectionError("[Errno -2] Name or service not known")
+        raise LocalEntryNotFoundError("... Please check your connection and try again ...") from cause
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RewardSpecError) as caught:
+        check_reward_specs(*specs(["reward_model"], "models/rm"))
+    message = str(caught.value)
+    assert f"models/rm is not a local folder (nothing at {tmp_path / 'models' / 'rm'})" in message
+    assert "not reachable as a Hub id either (the Hub cannot be reached: [Errno -2] Name or service" in message
+    assert "check your connection" not in message
