@@ -26,14 +26,14 @@ WINDOW = 10
 MIN_GAIN = 0.5
 
 
-def run_seed(upstream: int, steps: int | None, extra: list[str], keep: Path | None) -> dict:
+def run_seed(seed: int, steps: int | None, extra: list[str], keep: Path | None) -> dict:
     if keep is not None:
         return _run_seed(seed, steps, extra, keep / f"seed{seed}")
     with tempfile.TemporaryDirectory(prefix=f"demo-seed{seed}-") as scratch:
         return _run_seed(seed, steps, extra, Path(scratch) / "out")
 
 
-def _run_seed(upstream: int, steps: int | None, extra: list[str], output_dir: Path) -> dict:
+def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) -> dict:
     command = [sys.executable, "-m", "minimind_trl.cli", "demo", "--seed", str(seed), "--output-dir", str(output_dir)]
     if steps is not None:
         command += ["--steps", str(steps)]

@@ -52,7 +52,7 @@ torch.save(results, sys.argv[2])
 """
 
 
-def _random_model(upstream: int, **kwargs) -> MiniMindForCausalLM:
+def _random_model(seed: int, **kwargs) -> MiniMindForCausalLM:
     torch.manual_seed(seed)
     model = MiniMindForCausalLM(MiniMindConfig(**kwargs)).eval()
     with torch.no_grad():

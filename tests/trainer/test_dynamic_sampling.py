@@ -1,7 +1,6 @@
 """Dynamic sampling: groups without spread are replaced by groups drawn for further prompts, within the cap,
 through accumulation, resume and 2 processes."""
 
-import copy
 import zlib
 
 import pytest
@@ -14,7 +13,7 @@ from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 from minimind_trl.trainer.advantages import minimind_advantages
 from minimind_trl.trainer.dynamic_sampling import choose_rounds, merge_rounds, refill_rows
 
-from test_trainer import PAD, grpo_config, seed_completion_mask, tiny_model
+from test_trainer import grpo_config, tiny_model
 
 DEAD = [f"Dead question {i}: say nothing at all, please." for i in range(3)]
 LIVE = [f"Live question {i}: what is {i} plus {i} today?" for i in range(5)]
