@@ -1,6 +1,6 @@
 """`minimind-trl demo`: teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes, offline.
 
-    minimind-trl demo [--steps 500] [--seed 42] [--output_dir minimind-trl-demo]
+    minimind-trl demo [--rewards rules|full] [--steps 500] [--seed 42] [--output_dir minimind-trl-demo]
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -8,10 +8,15 @@ The demo is the real pipeline on an embedded default, not a separate trainer:
    non-special tokens) learned from the bundled prompts, and a fresh 2-layer MiniMind;
 2. a brief SFT warm start with TRL's `SFTTrainer` on bundled format examples (`recipes/demo/warm_start.yaml`
    says how brief and why; `--warm_start_steps 0` skips it);
-3. GRPO with `recipes/demo/grpo.yaml` through `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`):
-   `MiniMindGRPOTrainer`, the seed's rule rewards on the decoded completions, the seed's advantages and KL;
-4. `metrics.jsonl`, `reward_curve.png`, the model as a `save_pretrained` folder and a native `.pth`, and a
-   summary: reward over the first vs the last 10 steps and sampled completions before vs after.
+3. with `--rewards full`: a tiny InternLM2-layout reward model trained on generated preference pairs to prefer
+   answers in the question's language (`demo_reward_model`), written to `<output-dir>/_reward_model`;
+4. GRPO with `recipes/demo/grpo.yaml` (`--rewards rules`: upstream's two rule rewards) or
+   `recipes/demo/grpo_full.yaml` (`--rewards full`: + the reward model, clipped and answer-blended) through
+   `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`): `MiniMindGRPOTrainer`, upstream's advantages
+   and KL;
+5. `metrics.jsonl`, `reward_curve.png`, the model as a `save_pretrained` folder and a native `.pth`, a summary
+   (reward over the first vs the last 10 steps, completions before vs after, the share of held-out prompts
+   answered in the question's language before and after) and the same figures in `summary.json`.
 
 Ctrl-C during GRPO saves the current model (folder + `.pth`) into `<output-dir>/interrupted-step-N`.
 """
@@ -33,6 +38,11 @@ DATA_DIR = Path(__file__).resolve().parent / "demo_data"
 PROMPTS_FILE = DATA_DIR / "demo_prompts.jsonl"
 FORMAT_EXAMPLES_FILE = DATA_DIR / "demo_format_examples.jsonl"
 GRPO_RECIPE = "demo/grpo.yaml"
+GRPO_FULL_RECIPE = "demo/grpo_full.yaml"
+REWARD_MODEL_DIR = "_reward_model"
+GRPO_PROMPTS_FILE = "_grpo_prompts.jsonl"  # --rewards full: the bundled prompts less the held-out ones
+SUMMARY_FILE = "summary.json"
+CONTENT_SAMPLES = 4  # completions per held-out prompt for the content share (before and after GRPO)
 WARM_START_RECIPE = "demo/warm_start.yaml"
 RUN_MARKER = "demo_run.json"  # marks a folder as a demo run, which a new demo run may replace
 WARM_START_DIR = "_warm_start"
@@ -95,6 +105,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="minimind-trl demo",
         description="Teach a tiny MiniMind the <think>/<answer> format with GRPO on CPU (offline, a few minutes).",
     )
+    parser.add_argument(
+        "--rewards",
+        choices=("rules", "full"),
+        default="rules",
+        help="rules: upstream's format + tag_count (layout only); full: + a tiny reward model trained by the demo "
+        "to prefer answers in the question's language, clipped to 3 and blended 0.4/0.6 (default: %(default)s)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
     parser.add_argument("--output_dir", default="minimind-trl-demo", help="where outputs go (default: %(default)s)")
@@ -106,13 +123,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "have the exact layout, at least 60 and at most 120, as recipes/demo/warm_start.yaml says; 0 skips)",
     )
     parser.add_argument(
+        "--reward_model_steps",
+        type=int,
+        default=200,
+        help="--rewards full: Bradley-Terry steps (32 pairs each) training the demo's reward model (default: %(default)s)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help="torch CPU threads (default: %(default)s; at this model size more threads mostly add overhead)",
     )
     args = parser.parse_args(argv)
-    for name in ("steps", "warm_start_steps", "threads"):
+    for name in ("steps", "warm_start_steps", "threads", "reward_model_steps"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warm_start_steps" else 1):
             parser.error(f"--{name} must be {'>= 0' if name == 'warm_start_steps' else '>= 1'}")
@@ -270,7 +293,8 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int) ->
 
 # What a demo run writes into its folder (the model folder, checkpoints, Ctrl-C saves, metrics, the run's lock).
 DEMO_OUTPUTS = re.compile(
-    r"^(demo_run\.json|metrics\.jsonl|reward_curve\.png|README\.md|_warm_start(\.sft)?|_staging|_minimind_run\.lock|"
+    r"^(demo_run\.json|metrics\.jsonl|reward_curve\.png|summary\.json|README\.md|_warm_start(\.sft)?|_reward_model|"
+    r"_grpo_prompts\.jsonl|_staging|_minimind_run\.lock|"
     r"checkpoint-\d+|interrupted-step-\d+|grpo_\d+(_moe)?(\.pth|\.config\.json)|config\.json|generation_config\.json|"
     r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|(configuration|modeling)_minimind\.py|tokenizer(_config)?\.json|"
     r"special_tokens_map\.json|chat_template\.jinja|training_args\.bin)$"
@@ -339,7 +363,8 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
     from transformers import PrinterCallback, ProgressCallback, set_seed
 
-    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines
+    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, write_summary
+    from .demo_reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward, sample_content_share
     from ..models.minimind import MiniMindForCausalLM
     from .build import build_trainer
     from .grpo import run
@@ -368,9 +393,20 @@ def run_demo(args: argparse.Namespace) -> int:
         "output_dir": str(output_dir),
         "seed": args.seed,
     }
+    held_out = bundled_texts()[1]
+    reward_model_report = None
+    if args.rewards == "full":  # GRPO and the reward model see the prompts the content check does not use
+        reward_model_report = prepare_full_reward(
+            output_dir / REWARD_MODEL_DIR, output_dir / GRPO_PROMPTS_FILE, args.seed, args.reward_model_steps
+        )
+        overrides.update(
+            dataset_name=str(output_dir / GRPO_PROMPTS_FILE), reward_model_name_or_path=str(output_dir / REWARD_MODEL_DIR)
+        )
     if args.steps is not None:
         overrides["max_steps"] = args.steps
-    script_args, training_args, model_args, recipe = parse_recipe(GRPO_RECIPE, overrides)
+    script_args, training_args, model_args, recipe = parse_recipe(
+        GRPO_FULL_RECIPE if args.rewards == "full" else GRPO_RECIPE, overrides
+    )
 
     warm_steps = 0
     if args.warm_start_steps != 0:
@@ -387,7 +423,10 @@ def run_demo(args: argparse.Namespace) -> int:
         print("Warm start: none (--warm_start_steps 0); GRPO starts from random weights.")
     policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
     del model
-    before = sample_completions(MiniMindForCausalLM.from_pretrained(policy_dir), tokenizer, training_args, seed=args.seed)
+    warm_model = MiniMindForCausalLM.from_pretrained(policy_dir)
+    before = sample_completions(warm_model, tokenizer, training_args, seed=args.seed)
+    content_before = sample_content_share(warm_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed)
+    del warm_model
 
     progress = DemoProgress(output_dir / "metrics.jsonl")
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
@@ -396,7 +435,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
-        f"rewards {' + '.join(script_args.reward_funcs)} (max 1.5), recipe {recipe.path}"
+        f"rewards {' + '.join(script_args.reward_funcs)} "
+        f"({'max 1.5' if args.rewards == 'rules' else 'rules max 1.5, reward model clipped to +-3'}), recipe {recipe.path}"
     )
     grpo_started = time.time()
     interrupted = None
@@ -414,6 +454,18 @@ def run_demo(args: argparse.Namespace) -> int:
     plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
     after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
     after = sample_completions(after_model, tokenizer, training_args, seed=args.seed)
+    content_after = sample_content_share(after_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed)
+    summary = write_summary(
+        output_dir / SUMMARY_FILE,
+        progress.records,
+        rewards=args.rewards,
+        reward_funcs=list(script_args.reward_funcs),
+        grpo_dataset=script_args.dataset_name,
+        content=(CONTENT_METRIC, content_before, content_after, len(held_out) * CONTENT_SAMPLES),
+        seed=args.seed,
+        reward_model=reward_model_report,
+        seconds=time.time() - started,
+    )
     outputs = []
     if interrupted:
         outputs.append((f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted)))
@@ -424,7 +476,8 @@ def run_demo(args: argparse.Namespace) -> int:
         outputs.append(("reward curve", str(plot)))
     elif progress.records:
         outputs.append(("reward curve", "skipped (matplotlib missing: pip install 'minimind-trl[plot]')"))
-    lines = summary_lines(progress.records, grpo_seconds, before, after, outputs)
+    outputs.append(("summary", str(output_dir / SUMMARY_FILE)))
+    lines = summary_lines(progress.records, grpo_seconds, before, after, outputs, summary)
     lines.append(f"Total time {time.time() - started:.0f}s.")
     print("\n".join(lines))
     return 130 if interrupted else 0

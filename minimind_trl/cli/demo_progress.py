@@ -18,6 +18,7 @@ STEP_FIELDS = (
     ("reward", "reward", "{:.3f}"),
     ("format", "rewards/format_reward/mean", "{:.3f}"),
     ("tags", "rewards/tag_count_reward/mean", "{:.3f}"),
+    ("rm", "rewards/reward_model/mean", "{:+.3f}"),
     ("len", "completions/mean_length", "{:.1f}"),
     ("kl", "kl", "{:.4f}"),
 )
@@ -85,7 +86,7 @@ def reward_windows(records: list[dict], window: int = WINDOW) -> tuple[int, floa
 
 
 def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) -> Path | None:
-    """The total reward per step, its 10-step mean and the two rule rewards, as a small PNG (written atomically).
+    """The total reward per step, its 10-step mean and each logged reward term, as a small PNG (written atomically).
 
     Returns None when matplotlib is not installed (it is the optional `plot` extra)."""
     try:
@@ -105,14 +106,16 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
     for key, label, color in (
         ("rewards/format_reward/mean", "format reward (max 0.5)", "#e6550d"),
         ("rewards/tag_count_reward/mean", "tag reward (max 1.0)", "#31a354"),
+        ("rewards/reward_model/mean", "reward model (clipped +-3, 0.4/0.6 blend)", "#756bb1"),
     ):
         values = [record.get(key) for record in records]
         if all(value is not None for value in values) and len(values) >= WINDOW:
             smooth = [sum(values[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(values))]
             axes.plot(steps[WINDOW - 1 :], smooth, color=color, linewidth=1, linestyle="--", label=label)
     axes.set_xlabel("GRPO step")
-    axes.set_ylabel("rule reward (max 1.5)")
-    axes.set_ylim(0, 1.75)
+    with_model = any("rewards/reward_model/mean" in record for record in records)
+    axes.set_ylabel("reward (rules max 1.5, reward model +-3)" if with_model else "rule reward (max 1.5)")
+    axes.set_ylim(*((-3.2, 4.7) if with_model else (0, 1.75)))
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=7.5, ncol=2)
@@ -134,20 +137,65 @@ def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[st
     return lines
 
 
-def summary_lines(records, grpo_seconds: float, before, after, outputs: list[tuple[str, str]]) -> list[str]:
-    """The closing summary: reward first vs last steps, what the reward means, samples before/after, outputs."""
+def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: str, content, seed: int, reward_model,
+                  seconds: float):
+    """`summary.json`: the reward's first/last 10-step means and the content property's share before/after GRPO
+    (`content` = (name, before, after, completions sampled)); returned as a dict."""
+    windows = reward_windows(records)
+    name, before, after, sampled = content
+    summary = {
+        "rewards": rewards,
+        "reward_funcs": reward_funcs,
+        "grpo_dataset": grpo_dataset,
+        "seed": seed,
+        "steps": len(records),
+        "reward_window": windows[0] if windows else None,
+        "reward_first10": windows[1] if windows else None,
+        "reward_last10": windows[2] if windows else None,
+        "reward_gain": windows[2] - windows[1] if windows else None,
+        "content_metric": name,
+        "content_before": before,
+        "content_after": after,
+        "content_gain": after - before,
+        "content_completions": sampled,
+        "reward_model": reward_model,
+        "seconds": round(seconds, 1),
+    }
+    path = Path(path)
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def summary_lines(records, grpo_seconds: float, before, after, outputs: list[tuple[str, str]], summary=None) -> list[str]:
+    """The closing summary: reward first vs last steps, what the reward means, the content property before/after,
+    samples before/after, outputs."""
     lines = [""]
     windows = reward_windows(records)
+    full = summary is not None and summary["rewards"] == "full"
     if windows is not None:
         window, first, last = windows
+        scale = "rules 0-1.5 + reward model -3..3" if full else "upstream's rule rewards, 0-1.5"
         lines.append(
-            f"Reward (seed's rule rewards, 0-1.5): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
+            f"Reward ({scale}): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
             f"({last - first:+.3f}) over {len(records)} steps in {grpo_seconds:.0f}s."
         )
-    lines.append(
-        "Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5). It scores"
-        " the layout only; the seed's reward model, which scores content, is not part of this offline demo."
-    )
+    if full:
+        lines.append(
+            "Reward = rule reward (0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once) + the "
+            "reward model's score, clipped to +-3, 0.4 x whole completion + 0.6 x the <answer> text (upstream's "
+            "reasoning reward). The reward model prefers answers in the question's language."
+        )
+    else:
+        lines.append(
+            "Rule reward = 0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once (max 1.5). It "
+            "scores the layout only; `--rewards full` adds upstream's reward-model term, which scores content."
+        )
+    if summary is not None:
+        lines.append(
+            f"Content ({summary['content_metric']}, checked without the reward model on "
+            f"{summary['content_completions']} sampled completions for held-out prompts): "
+            f"{summary['content_before']:.0%} before GRPO -> {summary['content_after']:.0%} after."
+        )
     lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
     lines += format_samples("After GRPO (the saved model, read back):", after)
     lines.append("Outputs:")
@@ -155,4 +203,12 @@ def summary_lines(records, grpo_seconds: float, before, after, outputs: list[tup
     return lines
 
 
-__all__ = ["DemoProgress", "format_samples", "format_step_line", "plot_reward_curve", "reward_windows", "summary_lines"]
+__all__ = [
+    "DemoProgress",
+    "format_samples",
+    "format_step_line",
+    "plot_reward_curve",
+    "reward_windows",
+    "summary_lines",
+    "write_summary",
+]

@@ -281,3 +281,106 @@ def test_the_warm_start_line_says_whether_the_target_or_the_cap_stopped_it():
 
 def demo_parse_recipe(tmp_path):
     return parse_recipe(demo.GRPO_RECIPE, {"dataset_name": str(demo.PROMPTS_FILE), "output_dir": str(tmp_path)})
+
+
+# --------------------------------------------------------------------------- --rewards full (issue 17)
+
+
+FULL_SMOKE_ARGS = ["--rewards", "full", "--steps", "3", "--warm-start-steps", "2", "--reward-model-steps", "3",
+                   "--seed", "0", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def full_smoke_run(tmp_path_factory):
+    """One short `minimind-trl demo --rewards full` run: a 3-step reward model, 3 GRPO steps."""
+    output_dir = tmp_path_factory.mktemp("demo-full") / "out"
+    rc = cli(["demo", *FULL_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    return rc, output_dir
+
+
+def test_full_reward_demo_logs_every_term_under_trls_names(full_smoke_run):
+    rc, output_dir = full_smoke_run
+    assert rc == 0
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in records] == [1, 2, 3]
+    for record in records:
+        terms = [record[f"rewards/{name}/mean"] for name in ("format_reward", "tag_count_reward", "reward_model")]
+        assert -3.0 <= terms[2] <= 3.0  # clipped
+        assert record["reward"] == pytest.approx(sum(terms), abs=1e-5)
+
+
+def test_full_reward_demo_writes_summary_json(full_smoke_run):
+    _, output_dir = full_smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    window, first, last = reward_windows(records)
+    assert (summary["reward_first10"], summary["reward_last10"]) == (pytest.approx(first), pytest.approx(last))
+    assert summary["content_metric"] == "answer in the question's language"
+    for key in ("content_before", "content_after"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert summary["reward_funcs"] == ["format", "tag_count", "reward_model"]
+    assert summary["reward_model"]["steps"] == 3
+
+
+def test_full_reward_demo_trains_on_prompts_the_content_check_does_not_use(full_smoke_run):
+    from minimind_trl.cli.demo_reward_model import bundled_texts
+
+    _, output_dir = full_smoke_run
+    dataset = json.loads((output_dir / demo.SUMMARY_FILE).read_text())["grpo_dataset"]
+    assert dataset == str(output_dir / demo.GRPO_PROMPTS_FILE)
+    trained = {row["prompt"][-1]["content"] for row in load_rlaif_dataset(dataset)}
+    train, held_out, _ = bundled_texts()
+    assert trained == set(train) and not trained & set(held_out) and len(held_out) >= 50
+
+
+def test_full_reward_demo_reward_model_loads_strictly_in_internlm2_layout(full_smoke_run):
+    from minimind_trl.models.internlm2_reward import InternLM2ForRewardModel, load_internlm2_reward_model
+
+    _, output_dir = full_smoke_run
+    folder = output_dir / demo.REWARD_MODEL_DIR
+    model = load_internlm2_reward_model(folder)
+    assert isinstance(model, InternLM2ForRewardModel)
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["InternLM2ForRewardModel"]
+    assert (folder / "tokenizer.model").is_file()
+
+
+def test_rules_demo_summary_json_measures_content_too(smoke_run):
+    _, output_dir, _ = smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    assert summary["rewards"] == "rules" and summary["reward_model"] is None
+    assert summary["reward_funcs"] == ["format", "tag_count"]
+
+
+def test_content_property_reads_the_answer_without_tags():
+    from minimind_trl.cli.demo_reward_model import in_question_language
+
+    assert in_question_language("狗有几条腿？", "<think>\n4\n</think>\n<answer>\n四条\n</answer>")
+    assert not in_question_language("狗有几条腿？", "<think>\n四条\n</think>\n<answer>\n4\n</answer>")
+    assert in_question_language("What is 7 plus 5?", "<answer>\n12\n</answer>")
+    assert not in_question_language("What is 7 plus 5?", "<answer>\n十二\n</answer>")
+    assert not in_question_language("What is 7 plus 5?", "<think>\n</think>\n<answer>\n<answer>\n</answer>")
+    assert not in_question_language("What is 7 plus 5?", "<answer>\n\n</answer>")
+    assert in_question_language("What is 7 plus 5?", "twelve")  # no <answer> block: the whole completion
+
+
+def test_preference_pairs_differ_in_the_property_only():
+    from minimind_trl.cli.demo_reward_model import Fragments, bundled_texts, in_question_language, make_pairs
+
+    train, _, texts = bundled_texts()
+    pairs = make_pairs(train, Fragments.from_texts(texts), 200, seed=0)
+    assert len(pairs) == 200
+    for question, chosen, rejected in pairs:
+        assert in_question_language(question, chosen) and not in_question_language(question, rejected)
+        # same layout and think text: only the answer (and the junk around it) differs
+        if chosen.startswith("<think>\n"):
+            assert chosen.split("\n")[1] == rejected.split("\n")[1]  # the think line
+
+
+@pytest.mark.slow
+def test_reward_model_prefers_the_property_on_held_out_prompts(tmp_path):
+    """The demo's reward-model training as the demo runs it: >= 90% pairwise accuracy on held-out prompts."""
+    from minimind_trl.cli.demo_reward_model import bundled_texts, train_reward_model
+
+    train, held_out, texts = bundled_texts()
+    report = train_reward_model(tmp_path / "rm", train, held_out, texts, seed=0, log=None)
+    assert report["held_out_pairwise_accuracy"] >= 0.9, report
