@@ -1,6 +1,7 @@
-"""`minimind-trl demo`: teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes, offline.
+"""`minimind-trl demo`: teach a tiny MiniMind the reasoning format and a reward model's preference with GRPO on CPU,
+in minutes, offline.
 
-    minimind-trl demo [--rewards rules|full] [--steps 500] [--seed 42] [--output_dir minimind-trl-demo]
+    minimind-trl demo [--rewards full|rules] [--steps 500] [--seed 42] [--output_dir minimind-trl-demo]
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -103,14 +104,16 @@ class WarmStart:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = FlagParser(
         prog="minimind-trl demo",
-        description="Teach a tiny MiniMind the <think>/<answer> format with GRPO on CPU (offline, a few minutes).",
+        description="Teach a tiny MiniMind the <think>/<answer> format and a reward model's preference with GRPO on "
+        "CPU (offline, a few minutes).",
     )
     parser.add_argument(
         "--rewards",
-        choices=("rules", "full"),
-        default="rules",
-        help="rules: upstream's format + tag_count (layout only); full: + a tiny reward model trained by the demo "
-        "to prefer answers in the question's language, clipped to 3 and blended 0.4/0.6 (default: %(default)s)",
+        choices=("full", "rules"),
+        default="full",
+        help="full: upstream's reasoning reward, format + tag_count + a tiny reward model the demo trains to prefer "
+        "answers in the question's language (clipped to 3, blended 0.4/0.6); rules: format + tag_count only, the "
+        "layout without content (default: %(default)s)",
     )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")

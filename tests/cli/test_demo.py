@@ -1,6 +1,7 @@
 """`minimind-trl demo`: a short real run (warm start + GRPO through `minimind_trl.grpo`) leaves well-formed
-outputs, Ctrl-C leaves a loadable model, the bundled data is what the demo claims, and (slow) the default run
-learns: its last 10 GRPO steps beat its first 10 by 0.5 or more. benchmarks/demo_learning.py measures more seeds."""
+outputs, Ctrl-C leaves a loadable model, the bundled data is what the demo claims, `--rewards full` runs the reward
+model under TRL's names and writes summary.json, and (slow) the default run learns: its last 10 GRPO steps beat its
+first 10 by 0.5 or more and its answers move to the question's language (+0.3 share)."""
 
 import json
 import math
@@ -20,7 +21,7 @@ from minimind_trl.cli.demo_progress import DemoProgress, format_step_line, rewar
 from minimind_trl.cli.recipe import parse_recipe, resolve_recipe
 from minimind_trl.rewards import format_reward, tag_count_reward
 
-SMOKE_ARGS = ["--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
+SMOKE_ARGS = ["--rewards", "rules", "--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -211,11 +212,26 @@ def test_step_line_shows_the_logged_values():
 
 
 @pytest.mark.slow
-def test_the_default_demo_learns_the_format(tmp_path, capsys):
-    """The Quickstart's first command with its defaults: the last 10 GRPO steps' mean rule reward is at least 0.5
-    above the first 10's, the summary says so and names the warm start."""
+def test_the_default_demo_learns_the_reward_models_preference(tmp_path, capsys):
+    """The Quickstart's first command with its defaults (`--rewards full`): the last 10 GRPO steps' mean total reward
+    is at least 0.5 above the first 10's, and the share of held-out prompts answered in the question's language,
+    checked without the reward model, rises by at least 0.3 (issue 17's targets)."""
     output_dir = tmp_path / "out"
     assert demo.main(["--output-dir", str(output_dir)]) == 0
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    assert summary["rewards"] == "full" and summary["reward_window"] == 10
+    assert summary["reward_last10"] - summary["reward_first10"] >= 0.5, summary
+    assert summary["content_after"] - summary["content_before"] >= 0.3, summary
+    out = capsys.readouterr().out
+    assert "Reward model: tiny InternLM2 layout" in out and "held-out pairwise accuracy" in out
+
+
+@pytest.mark.slow
+def test_the_rules_demo_learns_the_format(tmp_path, capsys):
+    """`--rewards rules` (layout only): the last 10 GRPO steps' mean rule reward is at least 0.5 above the first
+    10's, the summary says so and names the warm start."""
+    output_dir = tmp_path / "out"
+    assert demo.main(["--rewards", "rules", "--output-dir", str(output_dir)]) == 0
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     window, first, last = reward_windows(records)
     assert window == 10 and last - first >= 0.5, (first, last)
