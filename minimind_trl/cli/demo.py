@@ -129,7 +129,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--reward_model_steps",
         type=int,
         default=200,
-        help="--rewards full: Bradley-Terry steps (32 pairs each) training the demo's reward model (default: %(default)s)",
+        help="--rewards full: Bradley-Terry steps (32 pairs each) training the demo's reward model "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--threads",
@@ -403,7 +404,8 @@ def run_demo(args: argparse.Namespace) -> int:
             output_dir / REWARD_MODEL_DIR, output_dir / GRPO_PROMPTS_FILE, args.seed, args.reward_model_steps
         )
         overrides.update(
-            dataset_name=str(output_dir / GRPO_PROMPTS_FILE), reward_model_name_or_path=str(output_dir / REWARD_MODEL_DIR)
+            dataset_name=str(output_dir / GRPO_PROMPTS_FILE),
+            reward_model_name_or_path=str(output_dir / REWARD_MODEL_DIR),
         )
     if args.steps is not None:
         overrides["max_steps"] = args.steps
@@ -439,7 +441,8 @@ def run_demo(args: argparse.Namespace) -> int:
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
         f"rewards {' + '.join(script_args.reward_funcs)} "
-        f"({'max 1.5' if args.rewards == 'rules' else 'rules max 1.5, reward model clipped to +-3'}), recipe {recipe.path}"
+        f"({'max 1.5' if args.rewards == 'rules' else 'rules max 1.5, reward model clipped to +-3'}), "
+        f"recipe {recipe.path}"
     )
     grpo_started = time.time()
     interrupted = None

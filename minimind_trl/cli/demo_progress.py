@@ -166,7 +166,9 @@ def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: st
     return summary
 
 
-def summary_lines(records, grpo_seconds: float, before, after, outputs: list[tuple[str, str]], summary=None) -> list[str]:
+def summary_lines(
+    records, grpo_seconds: float, before, after, outputs: list[tuple[str, str]], summary: dict | None = None
+) -> list[str]:
     """The closing summary: reward first vs last steps, what the reward means, the content property before/after,
     samples before/after, outputs."""
     lines = [""]

@@ -9,10 +9,10 @@ loader and `InternLM2Scorer` run for real; it is trained in seconds on preferenc
 bundled prompts with a Bradley-Terry loss (`-log sigmoid(r_chosen - r_rejected)`, torch's AdamW).
 
 What it prefers, checkable without it (`in_question_language`): the `<answer>` text (the whole completion when
-there is no `<answer>` block; tags removed) is in the question's language: a Chinese question's answer contains a Chinese
-character; an English question's answer contains a Latin letter or digit and no Chinese. The bundled SFT
-examples break this on purpose half the time (Chinese arithmetic questions answered "11", translations), so the
-warm-started policy does not have it.
+there is no `<answer>` block; tags removed) is in the question's language: a Chinese question's answer contains a
+Chinese character; an English question's answer contains a Latin letter or digit and no Chinese. The bundled SFT
+examples break it in 135 of 308 replies (Chinese arithmetic questions answered "11", translations), and the
+warm-started policy's samples have it 9-38 % of the time (README: The demo).
 """
 
 import argparse
@@ -141,7 +141,8 @@ def make_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[
         return chosen, rejected
     think = fragments.noise(rng, rng.randint(0, 5))
     tags = ("<think>\n{t}\n</think>\n<answer>\n{a}\n</answer>" if layout < 0.8 else
-            rng.choice(["<think>\n{t}\n<answer>\n{a}\n</answer>", "<think>\n{t}</think>\n<answer>\n{a}</answer>\n</answer>",
+            rng.choice(["<think>\n{t}\n<answer>\n{a}\n</answer>",
+                        "<think>\n{t}</think>\n<answer>\n{a}</answer>\n</answer>",
                         "{t}\n<answer>\n{a}\n</answer>", "<think>\n{t}\n</think>\n{a}"]))
     return tags.format(t=think, a=chosen), tags.format(t=think, a=rejected)
 
