@@ -405,3 +405,8 @@ def test_reward_model_prefers_the_property_on_held_out_prompts(tmp_path):
     train, held_out, texts = bundled_texts()
     report = train_reward_model(tmp_path / "rm", train, held_out, texts, seed=0, log=None)
     assert report["held_out_pairwise_accuracy"] >= 0.9, report
+
+
+def test_a_rerun_may_replace_what_the_full_reward_demo_writes():
+    for name in (demo.REWARD_MODEL_DIR, demo.GRPO_PROMPTS_FILE, demo.SUMMARY_FILE):
+        assert demo.DEMO_OUTPUTS.match(name), name
