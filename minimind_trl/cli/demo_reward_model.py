@@ -60,7 +60,7 @@ def sample_content_share(model, tokenizer, training_args, prompts: list[str], sa
     """Content share of `samples` completions per prompt, sampled as GRPO samples (the random stream is left alone)."""
     import torch
 
-    from .demo import generate_completions
+    from .demo_model import generate_completions
 
     questions = [prompt for prompt in prompts for _ in range(samples)]
     with torch.random.fork_rng():
@@ -237,7 +237,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
 
 def bundled_texts() -> tuple[list[str], list[str], list[str]]:
     """(train questions, held-out questions, reply texts) from the demo's bundled data."""
-    from .demo import FORMAT_EXAMPLES_FILE, PROMPTS_FILE, read_conversations
+    from .demo_model import FORMAT_EXAMPLES_FILE, PROMPTS_FILE, read_conversations
 
     questions = [turns[0]["content"] for turns in read_conversations(PROMPTS_FILE)]
     replies = [turns[-1]["content"] for turns in read_conversations(FORMAT_EXAMPLES_FILE)]

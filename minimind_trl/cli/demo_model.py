@@ -1,0 +1,109 @@
+"""The demo's ingredients: its bundled data, its MiniMind-style tokenizer and tiny model, and sampling the way GRPO
+samples (for the warm start's layout probe, the reward model's pairs and the before/after summaries).
+"""
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "demo_data"
+PROMPTS_FILE = DATA_DIR / "demo_prompts.jsonl"
+FORMAT_EXAMPLES_FILE = DATA_DIR / "demo_format_examples.jsonl"
+SAMPLE_PROMPTS = ("What is 7 plus 5?", "法国的首都是哪里？", "What is the opposite of hot?", "狗有几条腿？")
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """The demo's MiniMind: small enough that a GRPO step (32 completions of 32 tokens) takes a fraction of a
+    second on one CPU core; everything else is MiniMindConfig's MiniMind2 default."""
+
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+
+
+def read_conversations(path: Path) -> list[list[dict]]:
+    from ..errors import RLAIFDataError
+
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            try:
+                rows.append(json.loads(line)["conversations"])
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise RLAIFDataError(f"{path}:{line_number}: not a MiniMind conversation line ({exc})") from exc
+    return rows
+
+
+def build_tokenizer():
+    """MiniMind-style tokenizer whose merges fit the bundled texts (so a prompt is ~10-20 tokens)."""
+    from ..models.minimind.tokenization_minimind import build_minimind_tokenizer
+
+    corpus = [
+        turn["content"]
+        for path in (PROMPTS_FILE, FORMAT_EXAMPLES_FILE)
+        for conversation in read_conversations(path)
+        for turn in conversation
+    ]
+    return build_minimind_tokenizer(corpus=corpus)
+
+
+def build_model(vocab_size: int, spec: DemoModel = DemoModel()):
+    from ..models.minimind import MiniMindConfig, MiniMindForCausalLM
+
+    config = MiniMindConfig(
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        vocab_size=vocab_size,
+        use_moe=False,
+    )
+    return MiniMindForCausalLM(config)
+
+
+def save_folder(model, tokenizer, folder: Path) -> Path:
+    """`save_pretrained` model + tokenizer into `folder`, written aside and renamed into place."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
+
+
+def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, seed: int = 0):
+    """One completion per prompt, sampled as GRPO samples them, decoded as TRL decodes them, scored with the
+    seed's rule rewards: `[(prompt, completion, reward)]`."""
+    from ..rewards.rule_rewards import format_reward, tag_count_reward
+
+    texts = generate_completions(model, tokenizer, training_args, prompts, seed)
+    rewards = [f + t for f, t in zip(format_reward(prompts, texts), tag_count_reward(prompts, texts))]
+    return list(zip(prompts, texts, rewards))
+
+
+def generate_completions(model, tokenizer, training_args, prompts, seed: int) -> list[str]:
+    """One completion per prompt, sampled with GRPO's settings from `seed` and decoded as TRL decodes them."""
+    import torch
+
+    rendered = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    batch = tokenizer(rendered, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    model.eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        output = model.generate(
+            **batch,
+            do_sample=True,
+            temperature=training_args.temperature,
+            top_k=training_args.top_k,
+            max_new_tokens=training_args.max_completion_length,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
