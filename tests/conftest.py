@@ -38,6 +38,32 @@ def _deterministic_threads():
     yield
 
 
+def _process_settings() -> tuple:
+    import datasets
+    import torch
+    import transformers
+
+    return transformers.logging.get_verbosity(), datasets.logging.get_verbosity(), torch.get_num_threads()
+
+
+_BASELINE_SETTINGS = _process_settings()  # as the session starts, before any command ran in-process
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_settings():
+    """Commands run in-process (the demo quiets transformers' and datasets' logging and sets torch's thread count,
+    as a command may; trainers set the logging level) must not change what later tests see: every test starts
+    from the session's baseline, also after a module-scoped fixture ran a command."""
+    import datasets
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity(_BASELINE_SETTINGS[0])
+    datasets.logging.set_verbosity(_BASELINE_SETTINGS[1])
+    torch.set_num_threads(_BASELINE_SETTINGS[2])
+    yield
+
+
 FIXTURE_CASES = [
     ("MiniMind2", "dense"),
     ("MiniMind2", "moe"),

@@ -54,6 +54,16 @@ sys.path.insert(0, str(_suite_root()))
 from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _seeded_dummy_inputs():
+    """transformers' testers draw dummy inputs from an unseeded module-level `random.Random` (`global_rng`), so
+    each run tests different ids; seed it per test, as `torch` is (tests/conftest.py), so a run is reproducible."""
+    from tests import test_modeling_common
+
+    test_modeling_common.global_rng.seed(0)
+    yield
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _minimind_in_transformers_name_tables():
     """Several common tests find a model's role by its model type in transformers' auto-model name tables."""
