@@ -147,6 +147,14 @@ def whole_model_loading():
         hf_deepspeed.set_hf_deepspeed_config(config)
 
 
+def looks_local(name: str, file_suffixes: tuple[str, ...] = ()) -> bool:
+    """A string that can only be a local path (absolute, `./`, `~`, several folders, or a file with one of
+    `file_suffixes`), never a Hub id (`owner/name`): if it is missing, say so instead of asking the Hub."""
+    return (
+        os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or name.endswith(file_suffixes)
+    )
+
+
 def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLError, form: str = "package.module:name"):
     """`package.module:name` (or `package.module.name`) -> the object; the working directory is importable, as
     in TRL's scripts. Errors name `what` (e.g. "reward function") and the spec."""
@@ -171,6 +179,7 @@ __all__ = [
     "DTYPE_NAMES",
     "check_state_dict_matches",
     "import_object",
+    "looks_local",
     "loading_info_problems",
     "preview",
     "resolve_dtype",

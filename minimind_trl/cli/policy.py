@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..conversion.convert import convert_checkpoint
 from ..conversion.native_config import assumed_settings, native_sidecar_path, read_config_file
 from ..errors import ModelSourceError
+from ..loading_utils import looks_local
 from ..models.minimind.tokenization_minimind import portable_tokenizer
 
 NATIVE_SUFFIXES = (".pth", ".pt")
@@ -38,12 +39,7 @@ def is_native_checkpoint(name_or_path: str) -> bool:
 
 
 def _looks_local(name_or_path: str) -> bool:
-    return (
-        os.path.isabs(name_or_path)
-        or name_or_path.startswith((".", "~"))
-        or is_native_checkpoint(name_or_path)
-        or name_or_path.count("/") > 1
-    )
+    return looks_local(name_or_path, NATIVE_SUFFIXES)
 
 
 def check_model_source(model_name_or_path: str | None, tokenizer_name_or_path: str | None) -> None:

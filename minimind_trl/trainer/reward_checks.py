@@ -9,18 +9,14 @@ import os
 from contextlib import contextmanager
 
 from ..errors import ModelSourceError, RewardFunctionError, RewardSpecError
+from ..loading_utils import looks_local
 
 
 def _missing_local_path(name: str) -> bool:
     """A string that can only be a local path (absolute, `./`, `~`, several folders, a weights file) and is not
     there: TRL would look it up on the Hub and blame the connection."""
-    looks_local = (
-        os.path.isabs(name)
-        or name.startswith((".", "~"))
-        or name.count("/") > 1
-        or name.endswith((".pth", ".pt", ".bin", ".safetensors"))
-    )
-    return looks_local and not os.path.exists(os.path.expanduser(name))
+    local = looks_local(name, (".pth", ".pt", ".bin", ".safetensors"))
+    return local and not os.path.exists(os.path.expanduser(name))
 
 
 def check_trainer_arguments(model, reward_funcs) -> None:
