@@ -186,7 +186,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
 
     from ..models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer
     from ..models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
-    from ..rewards.scorers import InternLM2Scorer, _pad
+    from ..rewards.scorers import InternLM2Scorer, pad_token_ids
 
     started = time.time()
     torch.manual_seed(seed)
@@ -205,7 +205,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
         ids = [scorer.token_ids(conversation(q, c)) for q, c, _ in batch] + [
             scorer.token_ids(conversation(q, r)) for q, _, r in batch
         ]
-        input_ids, attention_mask = _pad(ids, pad, "right")
+        input_ids, attention_mask = pad_token_ids(ids, pad, "right")
         scores = model(input_ids=input_ids, attention_mask=attention_mask,
                        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, 0]
         margin = scores[: len(batch)] - scores[len(batch) :]

@@ -34,7 +34,7 @@ def _render(tokenizer: Any, conversation: Conversation) -> str:
     return tokenizer.apply_chat_template(list(conversation), tokenize=False, add_generation_prompt=False)
 
 
-def _pad(sequences: Sequence[Sequence[int]], pad_id: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_token_ids(sequences: Sequence[Sequence[int]], pad_id: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad token-id lists to a [B, T] batch and its attention mask, on the given side."""
     width = max(len(ids) for ids in sequences)
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -130,7 +130,7 @@ class InternLM2Scorer:
         device = _model_device(self.model)
 
         def run(indices: list[int]) -> list[float]:
-            input_ids, attention_mask = _pad([sequences[i] for i in indices], pad_id, self.padding_side)
+            input_ids, attention_mask = pad_token_ids([sequences[i] for i in indices], pad_id, self.padding_side)
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
             with torch.inference_mode():
                 logits = self.model(
@@ -206,7 +206,8 @@ class SequenceClassifierScorer:
         device = _model_device(self.model)
 
         def run(indices: list[int]) -> list[float]:
-            input_ids, attention_mask = _pad([sequences[i] for i in indices], self.model.config.pad_token_id, "right")
+            pad_id = self.model.config.pad_token_id
+            input_ids, attention_mask = pad_token_ids([sequences[i] for i in indices], pad_id, "right")
             with torch.inference_mode():
                 logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
             return logits[:, 0].float().tolist()
