@@ -19,10 +19,17 @@ Any other generation setting (repetition penalty, top-p/min-p, beams, suppressed
 `generate` fall back to the model's stock `generate`, so behaviour never changes silently. Greedy output
 equals stock `generate` token for token (tested).
 
-Optionally (`weights_dtype=torch.bfloat16`) the sampler decodes with a bf16 copy of the weights, refreshed
-from the policy on every call: decoding small batches is bound by reading the weights, so half the bytes
-is nearly half the time on CPU. The completions then come from the bf16-rounded policy; the log-probs the
-loss uses are still computed by the trainer from the real weights. It is off by default.
+For MiniMind models the decoding steps after the prompt run through `decode_kernel.DecodeKernel`: the same
+arithmetic with fused q|k|v and gate|up weights, an in-place KV cache and no module tree, ~1.5x fewer
+milliseconds per step on CPU (`use_kernel=False` keeps the module path; other models always use it). The
+prompt's forward always runs on the model itself.
+
+Optionally (`weights_dtype=torch.bfloat16`) the sampler decodes with bf16 GEMM weights, packed from the policy
+on every call: decoding small batches is bound by reading the weights, so half the bytes is nearly half the
+time on CPU. The completions then come from the bf16-rounded policy (as upstream's GPU rollouts under bf16
+autocast do); the log-probs the loss uses are still computed by the trainer from the real weights. With the
+kernel only the GEMM operands are rounded (norms, RoPE, attention and the KV cache stay fp32); other models
+decode with a bf16 copy of the whole model.
 
 Use it around code that calls `model.generate` (e.g. TRL's GRPO generation step):
 
@@ -36,6 +43,8 @@ from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache, GenerationConfig
+
+from .decode_kernel import DecodeKernel
 
 # GenerationConfig fields the lean loop implements (within the limits `unsupported_settings` checks).
 SUPPORTED_FIELDS = frozenset(
@@ -113,14 +122,30 @@ class FastSampler:
     """Runs `generate` for GRPO-style sampling through a lean decoding loop (see the module docstring).
 
     Args:
-        weights_dtype: decode with a copy of the weights in this dtype (e.g. `torch.bfloat16`); `None` (default)
-            decodes with the model itself.
+        weights_dtype: decode with weights in this dtype (e.g. `torch.bfloat16`); `None` (default) decodes with
+            the model's own.
+        use_kernel: decode MiniMind models through `DecodeKernel` (default); `False` runs the model's modules.
     """
 
-    def __init__(self, weights_dtype: torch.dtype | None = None):
+    def __init__(self, weights_dtype: torch.dtype | None = None, use_kernel: bool = True):
         self.weights_dtype = weights_dtype
+        self.use_kernel = use_kernel
         self._shadow: torch.nn.Module | None = None
         self._shadow_of: int | None = None
+        self._kernel: DecodeKernel | None = None
+        self._kernel_of: int | None = None
+
+    def kernel_applies(self, model: torch.nn.Module) -> bool:
+        """Whether decoding `model` goes through the packed kernel."""
+        return self.use_kernel and not DecodeKernel.unsupported(model)
+
+    def _packed_kernel(self, model: torch.nn.Module) -> DecodeKernel:
+        """The kernel with `model`'s current weights (packed again on every call: they change every step)."""
+        if self._kernel is None or self._kernel_of != id(model):
+            self._kernel, self._kernel_of = DecodeKernel(model, self.weights_dtype), id(model)
+        else:
+            self._kernel.refresh(model)
+        return self._kernel
 
     # --- weights used for decoding ---------------------------------------------------------------------
 
@@ -171,7 +196,8 @@ class FastSampler:
         if config.do_sample and not temperature > 0:  # dividing by it would invert or blow up the logits
             raise ValueError(f"temperature must be positive for sampling, got {temperature}")
 
-        decoder = self._decoder(model)
+        kernel = self._packed_kernel(model) if self.kernel_applies(model) else None
+        decoder = model if kernel is not None else self._decoder(model)
         was_training = decoder.training
         decoder.eval()
         # Decode with the class's forward: instance-level training wrappers (TRL's fused LM head, accelerate's
@@ -190,10 +216,14 @@ class FastSampler:
                 logits_to_keep=1,
             )
             next_position = positions[:, -1:] + 1
+            if kernel is not None:
+                kernel.start(cache, attention_mask, max_new)
+                cache = None  # the kernel holds the prompt's keys and values now
             tokens = torch.full((batch, max_new), pad, dtype=torch.long, device=device)
             unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+            logits = outputs.logits[:, -1]
             for step in range(max_new):
-                scores = outputs.logits[:, -1].float()
+                scores = logits.float()
                 if step < min_new and len(eos):
                     scores[:, eos] = float("-inf")
                 if config.do_sample:
@@ -211,13 +241,16 @@ class FastSampler:
                 if step == max_new - 1 or not bool(unfinished.any()):
                     tokens = tokens[:, : step + 1]
                     break
-                outputs = decoder(
-                    input_ids=next_tokens[:, None],
-                    attention_mask=mask[:, : prompt_length + step + 1],
-                    position_ids=next_position,
-                    cache=cache,
-                    use_cache=True,
-                )
+                if kernel is not None:
+                    logits = kernel.step(next_tokens, next_position[:, 0])
+                else:
+                    logits = decoder(
+                        input_ids=next_tokens[:, None],
+                        attention_mask=mask[:, : prompt_length + step + 1],
+                        position_ids=next_position,
+                        cache=cache,
+                        use_cache=True,
+                    ).logits[:, -1]
                 next_position = next_position + 1
         finally:
             if wrapped_forward is not None:

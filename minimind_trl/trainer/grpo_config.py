@@ -35,13 +35,18 @@ class MiniMindGRPOConfig(GRPOConfig):
             Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: upstream
             samples at 0.8 but scores with untempered logits.
         fast_sampling (`bool`, *optional*, defaults to `True`):
-            Sample rollouts with [`~minimind_trl.fast_generation.FastSampler`]: temperature + top-k drawn among the
-            k candidates only (the distribution `generate` samples from), no logits-processor chain, decoding with
-            the class forward (no autocast wrapper). Settings it does not implement fall back to `generate`. Not
-            used under ZeRO-3/FSDP (stock `generate` keeps the ranks' forwards in step) nor with vLLM.
-        sampling_weights_dtype (`str` or `None`, *optional*, defaults to `None`):
-            With `fast_sampling`, decode with a copy of the weights in this dtype (`"bfloat16"`), refreshed from
-            the policy at every generation. Worth it on CPU from hidden size ~512 (benchmarks/README.md).
+            Sample rollouts with [`~minimind_trl.trainer.fast_sampling.FastSampler`]: temperature + top-k drawn
+            among the k candidates only (the distribution `generate` samples from), no logits-processor chain; for
+            MiniMind models the decoding steps run through [`~minimind_trl.trainer.decode_kernel.DecodeKernel`]
+            (fused q|k|v and gate|up weights, in-place KV cache). Settings it does not implement fall back to
+            `generate`. Not used under ZeRO-3/FSDP (stock `generate` keeps the ranks' forwards in step) nor with
+            vLLM.
+        sampling_weights_dtype (`str` or `None`, *optional*, defaults to `"auto"`):
+            With `fast_sampling`, the dtype of the GEMM weights the rollouts decode with, packed from the policy at
+            every generation. `"auto"`: `"bfloat16"` when training with `bf16: true` (upstream's `--dtype
+            bfloat16`, under which its GPU rollouts ran bf16 GEMMs) and the decode kernel applies, the policy's own
+            dtype otherwise, so `bf16: false` samples in exact fp32. `None`: always the policy's dtype. The loss
+            always scores the real weights; the measured difference is in benchmarks/README.md.
         save_native_pth (`bool`, *optional*, defaults to `False`):
             Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
             in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for
@@ -125,18 +130,19 @@ class MiniMindGRPOConfig(GRPOConfig):
     fast_sampling: bool = field(
         default=True,
         metadata={
-            "help": "Sample rollouts with minimind_trl.fast_generation's lean top-k loop (the same distribution as "
+            "help": "Sample rollouts with minimind_trl.trainer.fast_sampling's lean top-k loop (the same distribution as "
             "`generate`, less per-step overhead; stock `generate` for settings it does not implement). Applies "
             "to transformers generation without ZeRO-3/FSDP; vLLM and continuous batching are unaffected."
         },
     )
     sampling_weights_dtype: str | None = field(
-        default=None,
+        default="auto",
         metadata={
-            "help": "Decode rollouts with a copy of the weights in this dtype (e.g. 'bfloat16'; refreshed every "
-            "generation). Halves the bytes read per decoding step; pays on CPU from hidden size ~512. The loss "
-            "still scores the real weights.",
-            "choices": [None, "bfloat16", "float16"],
+            "help": "Decode rollouts with GEMM weights in this dtype, packed from the policy every generation "
+            "('auto': bfloat16 with bf16: true where the MiniMind decode kernel applies, else the policy's dtype; "
+            "None: the policy's dtype). Halves the bytes read per decoding step. The loss still scores the real "
+            "weights.",
+            "choices": [None, "auto", "bfloat16", "float16"],
         },
     )
     save_native_pth: bool = field(
@@ -270,7 +276,7 @@ class MiniMindGRPOConfig(GRPOConfig):
                 "use_transformers_continuous_batching with bf16/fp16: TRL 1.16 casts the trainable fp32 policy to the "
                 "half dtype in place for that path and never casts it back. Set bf16: false (and fp16: false)."
             )
-        if self.sampling_weights_dtype is not None and not self.fast_sampling:
+        if self.sampling_weights_dtype not in (None, "auto") and not self.fast_sampling:
             raise ValueError("sampling_weights_dtype needs fast_sampling: true (it is the lean sampler's option)")
         if self.use_vllm and self.vllm_importance_sampling_correction and not self.tempered_logprobs:
             raise ValueError(

@@ -127,11 +127,16 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
             # ZeRO-3/FSDP gather parameters inside every forward; stock `generate` keeps the ranks in step
             # (`synced_gpus`), the lean loop stops as soon as the local rows finish.
-            if args.sampling_weights_dtype is not None:
+            if args.sampling_weights_dtype not in (None, "auto"):
                 raise ValueError("sampling_weights_dtype is not supported with DeepSpeed or FSDP")
             return None
-        dtype = getattr(torch, args.sampling_weights_dtype) if args.sampling_weights_dtype else None
-        return FastSampler(weights_dtype=dtype)
+        sampler = FastSampler()
+        if args.sampling_weights_dtype == "auto":  # bf16 decode GEMMs only through the kernel (see the config)
+            if args.bf16 and sampler.kernel_applies(self.accelerator.unwrap_model(self.model)):
+                sampler.weights_dtype = torch.bfloat16
+        elif args.sampling_weights_dtype is not None:
+            sampler.weights_dtype = getattr(torch, args.sampling_weights_dtype)
+        return sampler
 
     def _generate_single_turn(self, *args, **kwargs):
         """Sample in eval mode (no dropout, no MoE load-balancing loss at every decoding step), through the lean
