@@ -16,6 +16,7 @@ Like the configuration file, this module is self-contained (no ``minimind_trl`` 
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -203,6 +204,14 @@ def eager_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), attn_weights
 
 
+def upcast_cpu_attention(config, query: torch.Tensor) -> bool:
+    """Whether to run this attention in fp32: on CPU, torch's flash-attention *backward* in bf16/fp16 is ~2.5x slower
+    than in fp32 (16 x 190 tokens: 79 vs 31 ms; benchmarks/README.md), so attention that will be differentiated
+    runs in fp32 there. More precise than the half-precision call, never less; forwards without grad keep theirs."""
+    half = query.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
+    return query.device.type == "cpu" and half and torch.is_grad_enabled() and config._attn_implementation == "sdpa"
+
+
 class MiniMindAttention(nn.Module):
     """Grouped-query attention; MiniMind-3 adds per-head q/k RMSNorm before RoPE."""
 
@@ -251,16 +260,25 @@ class MiniMindAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        output_dtype = value_states.dtype
+        upcast = upcast_cpu_attention(self.config, query_states)
+        if upcast:
+            query_states, key_states, value_states = query_states.float(), key_states.float(), value_states.float()
+            if attention_mask is not None and attention_mask.is_floating_point():
+                attention_mask = attention_mask.float()
+        with torch.autocast("cpu", enabled=False) if upcast else nullcontext():
+            attn_output, attn_weights = attention_interface(
+                self,
+                query_states,
+                key_states,
+                value_states,
+                attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout,
+                scaling=self.scaling,
+                **kwargs,
+            )
+        if upcast:
+            attn_output = attn_output.to(output_dtype)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         return self.resid_dropout(self.o_proj(attn_output)), attn_weights
 
