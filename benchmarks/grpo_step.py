@@ -51,7 +51,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PHASES = ("generation", "logprobs", "reward", "backward_step", "other")
-SAMPLER_DTYPES = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}  # --sampler-dtype -> sampling_weights_dtype
+# --sampler-dtype -> sampling_weights_dtype ("auto", the trainer's default: bf16 decode GEMMs under bf16 training)
+SAMPLER_DTYPES = {"auto": "auto", "fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 QUESTIONS = (
     "What is the capital of France? Please think step by step, then answer.",
     "为什么天空是蓝色的？请先思考，再回答。",
@@ -98,9 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ours.add_argument(
         "--sampler-dtype",
         choices=sorted(SAMPLER_DTYPES),
-        default="fp32",
-        help="(b): `sampling_weights_dtype` of the lean sampler (bf16/fp16: a decode copy refreshed every step; "
-        "fp32: the model itself, the default)",
+        default="auto",
+        help="(b): `sampling_weights_dtype` of the lean sampler (auto, the default: the trainer's default, bf16 "
+        "decode GEMMs with --precision bf16; fp32: the policy's own weights; bf16/fp16: always that dtype)",
     )
     ours.add_argument(
         "--activation-checkpointing",
@@ -422,6 +423,9 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
     )
     levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)), "lean_samples": 0}
     if trainer._sampler is not None:  # count the generations the lean loop itself ran (not its `generate` fallback)
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        levers["decode_kernel"] = trainer._sampler.kernel_applies(policy)
+        levers["decode_weights"] = str(trainer._sampler.weights_dtype or policy.dtype).removeprefix("torch.")
         sample = trainer._sampler._sample
 
         def counted_sample(*sample_args, **sample_kwargs):
@@ -500,7 +504,11 @@ def report(args, results: dict) -> dict:
             levers = results[key]["levers"]
             print(
                 f"{label}: log-prob head {levers['log_prob_head']}, lean-sampler generations {levers['lean_samples']}"
-                + (f" (weights {args.sampler_dtype})" if key == "ours" else " (stock `generate`)")
+                + (
+                    f" (decode kernel {levers.get('decode_kernel')}, GEMM weights {levers.get('decode_weights')})"
+                    if key == "ours"
+                    else " (stock `generate`)"
+                )
             )
     sides = [(key, label, results[key]) for key, label in SIDES if key in results]
     header = f"{'':<16}" + "".join(f"{label:>14}" for _, label, _ in sides)
@@ -597,7 +605,10 @@ def step_roofline(args, workdir: Path) -> dict:
         rm_hidden=args.rm_hidden_size,
         rm_layers=args.rm_layers,
     )
-    decode_dtype = getattr(torch, SAMPLER_DTYPES[args.sampler_dtype] or "float32")
+    sampler_dtype = SAMPLER_DTYPES[args.sampler_dtype]
+    if sampler_dtype == "auto":
+        sampler_dtype = "bfloat16" if args.precision == "bf16" else None
+    decode_dtype = getattr(torch, sampler_dtype or "float32")
     train_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     roof = roofline(shapes, decode_dtype, train_dtype)
     roof["dtypes"] = {"decode": str(decode_dtype).removeprefix("torch."), "train": str(train_dtype).removeprefix("torch.")}
@@ -624,6 +635,11 @@ def report_roofline(args, roof: dict, results: dict) -> dict:
             line += f"{value:>13.1%}" if value is not None else f"{'-':>13}"
         print(line)
     print(f"{'step':<16}{'':>32}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
+    generation = roof["phases"]["generation"]
+    print(
+        f"decode peak at its working set ({generation['weight_mb']:.1f} MB of weights per step, cycled): "
+        f"{generation['peak_gflops']:.1f} GF/s; one warm matrix: {generation['peak_gflops_warm']:.1f} GF/s"
+    )
     summary = {"roofline_s_per_step": roof["roofline_s_per_step"], "roofline": roof}
     for key in results:
         summary[f"{key}_efficiency"] = efficiencies[key]["step"]

@@ -15,6 +15,11 @@ The peak is the best of several `torch.mm` timings at the phase's representative
 [completions, hidden] by [hidden, intermediate] (thin, bound by reading the weights), training
 [completions x tokens, hidden] by [hidden, intermediate]. It is what this CPU does at those shapes, not a
 datasheet figure, so an efficiency near 100 % means the phase runs at the speed of its GEMMs.
+
+Decoding reads every weight of the model once per step, more bytes than the core's L2 cache holds, so its GEMMs
+stream their weights from L3 or memory. Its peak is therefore timed over as many distinct weight matrices as the
+model's decode weights fill (`decode_weight_bytes`), cycled: the GEMM speed at the decode's real working set.
+A single warm matrix (`peak_gflops_warm`, also reported) overstates what a decoding step can reach.
 """
 
 import time
@@ -95,25 +100,40 @@ def phase_flops(s: StepShapes) -> dict[str, float]:
     return {"generation": prefill + decode, "logprobs": 2 * policy, "backward_step": 2 * policy, "reward": reward}
 
 
-def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20, min_seconds: float = 0.05) -> float:
-    """The best GFLOP/s of `[m, k] @ [k, n]` in `dtype` over `repeats` timed batches of calls."""
+def decode_weight_bytes(s: StepShapes, dtype: torch.dtype) -> int:
+    """Bytes of GEMM weights one decoding step of all completions reads: every layer (MoE: every expert, since
+    the completions' top-k choices cover them) and the LM head."""
+    mlps = s.num_experts + s.shared_experts if s.experts_per_token else 1
+    per_layer = layer_matmul_params(s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, mlps)
+    params = s.layers * (per_layer + s.hidden * s.num_experts) + s.vocab * s.hidden
+    return params * torch.empty((), dtype=dtype).element_size()
+
+
+def gemm_gflops(
+    m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20, min_seconds: float = 0.05, working_set: int = 0
+) -> float:
+    """The best GFLOP/s of `[m, k] @ [k, n]` in `dtype` over `repeats` timed batches of calls; with `working_set`
+    (bytes), cycling through enough distinct `[k, n]` matrices to fill it, so they do not stay in cache."""
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=generator).to(dtype)
     b = torch.randn(k, n, generator=generator).to(dtype)
-    torch.mm(a, b)  # warm-up: allocation, kernel choice
-    calls = 1
+    copies = max(1, -(-working_set // b.nbytes))
+    matrices = [b] + [b.clone() for _ in range(copies - 1)]
+    for matrix in matrices:
+        torch.mm(a, matrix)  # warm-up: allocation, kernel choice
+    calls = len(matrices)
     while True:
         start = time.perf_counter()
-        for _ in range(calls):
-            torch.mm(a, b)
+        for call in range(calls):
+            torch.mm(a, matrices[call % len(matrices)])
         if time.perf_counter() - start >= min_seconds / 4 or calls >= 1 << 16:
             break
         calls *= 2
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(calls):
-            torch.mm(a, b)
+        for call in range(calls):
+            torch.mm(a, matrices[call % len(matrices)])
         best = min(best, (time.perf_counter() - start) / calls)
     return 2 * m * k * n / best / 1e9
 
@@ -121,7 +141,9 @@ def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20, m
 def phase_peaks(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype) -> dict[str, float]:
     """GFLOP/s this machine reaches at each phase's representative GEMM, in the phase's dtype."""
     tokens = s.completions * (s.prompt_tokens + s.new_tokens)
-    decode = gemm_gflops(s.completions, s.hidden, s.intermediate, decode_dtype)
+    decode = gemm_gflops(
+        s.completions, s.hidden, s.intermediate, decode_dtype, working_set=decode_weight_bytes(s, decode_dtype)
+    )
     train = gemm_gflops(tokens, s.hidden, s.intermediate, train_dtype)
     reward = gemm_gflops(tokens, s.rm_hidden, s.rm_intermediate, torch.float32)
     return {"generation": decode, "logprobs": train, "backward_step": train, "reward": reward}
@@ -134,6 +156,8 @@ def roofline(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype)
         name: {"gflop": flops[name] / 1e9, "peak_gflops": peaks[name], "roofline_s": flops[name] / 1e9 / peaks[name]}
         for name in flops
     }
+    phases["generation"]["peak_gflops_warm"] = gemm_gflops(s.completions, s.hidden, s.intermediate, decode_dtype)
+    phases["generation"]["weight_mb"] = decode_weight_bytes(s, decode_dtype) / 2**20
     return {"phases": phases, "roofline_s_per_step": sum(p["roofline_s"] for p in phases.values())}
 
 

@@ -33,7 +33,12 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
         assert set(side["phases"]) == set(grpo_step.PHASES)
         assert side["phases"]["generation"] > 0 and side["phases"]["backward_step"] > 0
     # (b) is the trainer's default (its CPU levers on), (c) runs TRL's own head and stock `generate`
-    assert results["ours"]["levers"] == {"log_prob_head": "minimind_trl.trainer.fast_logprobs", "lean_samples": 1}
+    assert results["ours"]["levers"] == {
+        "log_prob_head": "minimind_trl.trainer.fast_logprobs",
+        "lean_samples": 1,
+        "decode_kernel": True,
+        "decode_weights": "bfloat16",  # sampling_weights_dtype 'auto' under the default bf16 precision
+    }
     assert results["stock"]["levers"] == {"log_prob_head": "trl.trainer.utils", "lean_samples": 0}
     summary = grpo_step.report(args, results)
     for key in (
@@ -64,27 +69,20 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
     assert fast_logprobs.add_fused_lm_head.__qualname__ == "add_fused_lm_head"
 
 
-def test_grpo_step_sampler_dtype_reaches_the_trainer(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "sampler_dtype, precision, expected",
+    [("bf16", "fp32", "bfloat16"), ("fp32", "bf16", "float32"), ("auto", "fp32", "float32")],
+)
+def test_grpo_step_sampler_dtype_reaches_the_trainer(tmp_path, sampler_dtype, precision, expected):
     import grpo_step
-    import torch
-
-    import minimind_trl.trainer.grpo_trainer as trainer_module
 
     args = grpo_step.parse_args(
         [*TOY, "--new-tokens", "2", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]
-        + ["--prompts", "1", "--generations", "2", "--sampler-dtype", "bf16"]
+        + ["--prompts", "1", "--generations", "2", "--sampler-dtype", sampler_dtype, "--precision", precision]
     )
     grpo_step.prepare(args, tmp_path)
-    dtypes = []
-
-    class RecordingSampler(trainer_module.FastSampler):
-        def __init__(self, weights_dtype=None):
-            dtypes.append(weights_dtype)
-            super().__init__(weights_dtype=weights_dtype)
-
-    monkeypatch.setattr(trainer_module, "FastSampler", RecordingSampler)
     result = grpo_step.run_ours(args, tmp_path)
-    assert dtypes == [torch.bfloat16] and result["levers"]["lean_samples"] == 1
+    assert result["levers"]["decode_weights"] == expected and result["levers"]["lean_samples"] == 1
 
 
 def test_grpo_step_refuses_continuous_batching_with_bf16():

@@ -11,8 +11,9 @@ policy's weights once per generation round and runs each step as a short sequenc
 * RoPE from a table built by the model's own rotary module, one gather per step;
 * grouped-query attention through `scaled_dot_product_attention(enable_gqa=True)`, no repeated k/v heads.
 
-The weights are copied, not referenced: they are packed again at the start of every generation round
-(`refresh`), since the optimizer changes them between rounds. The arithmetic is the model's (same norms,
+The fused (and any dtype-converted) weights are copies, so they are packed again at the start of every
+generation round (`refresh`): the optimizer changes the policy between rounds. Weights needing neither (the
+embedding, norms, an fp32 o/down/LM head) are the model's own tensors. The arithmetic is the model's (same norms,
 activation, RoPE table, attention scale); GEMMs of another shape may round differently in the last bits, so
 logits agree with the module path to fp32 rounding, not bit for bit (tested, with greedy tokens equal).
 
