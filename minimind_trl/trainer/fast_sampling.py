@@ -108,12 +108,15 @@ def _eos_ids(config: GenerationConfig, device) -> torch.Tensor:
 
 
 def _sample_top_k(scores: torch.Tensor, top_k: int) -> torch.Tensor:
-    """One token per row from softmax(scores) restricted to the top-k scores (ties at the k-th kept)."""
+    """One token per row from softmax(scores) restricted to the top-k scores (ties at the k-th kept, as
+    transformers' `TopKLogitsWarper` keeps them). Ties are common with bf16 logits (8-bit mantissa), so they are
+    drawn among the widest row's candidates, not over the whole vocabulary."""
     values, indices = scores.topk(top_k, dim=-1)
-    kept = (scores >= values[:, -1:]).sum(dim=-1)
-    if bool((kept > top_k).any()):  # a tie at the k-th score: transformers keeps every tied token
-        masked = scores.masked_fill(scores < values[:, -1:], float("-inf"))
-        return torch.multinomial(masked.softmax(dim=-1), 1).squeeze(1)
+    threshold = values[:, -1:]
+    widest = int((scores >= threshold).sum(dim=-1).max())
+    if widest > top_k:
+        values, indices = scores.topk(widest, dim=-1)
+        values = values.masked_fill(values < threshold, float("-inf"))
     choice = torch.multinomial(values.softmax(dim=-1), 1)
     return indices.gather(1, choice).squeeze(1)
 

@@ -107,6 +107,18 @@ def test_top_k_keeps_every_token_tied_at_the_kth_score_like_transformers():
     assert set(draws.unique().tolist()) == {0, 1, 2, 3, 4}
 
 
+def test_top_k_with_ties_in_some_rows_keeps_each_rows_own_candidates():
+    """Rows are drawn together among the widest row's candidates (bf16 logits tie often); a row without ties must
+    still draw from its own top-k only, with transformers' probabilities."""
+    scores = torch.tensor([[5.0, 4.0, 3.0, 3.0, 3.0, -1.0, -2.0], [1.0, 2.0, 3.0, 0.5, 0.4, 0.3, -5.0]])
+    torch.manual_seed(0)
+    draws = _sample_top_k(scores.repeat_interleave(8000, dim=0), 3).view(2, 8000)
+    for row, row_draws in zip(scores, draws, strict=True):
+        expected = row.masked_fill(row < row.topk(3).values[-1], float("-inf")).softmax(-1)
+        frequencies = torch.bincount(row_draws, minlength=len(row)).float() / len(row_draws)
+        torch.testing.assert_close(frequencies, expected, atol=0.015, rtol=0)
+
+
 @pytest.mark.parametrize(
     "settings",
     [dict(repetition_penalty=1.3), dict(top_p=0.9), dict(min_p=0.1), dict(no_repeat_ngram_size=2)],
