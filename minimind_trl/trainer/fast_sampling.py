@@ -107,16 +107,22 @@ def _eos_ids(config: GenerationConfig, device) -> torch.Tensor:
     return torch.tensor(eos, dtype=torch.long, device=device)
 
 
+# Extra candidates `_sample_top_k` takes beyond k, so that ties at the k-th score rarely need a second pass.
+TIE_MARGIN = 8
+
+
 def _sample_top_k(scores: torch.Tensor, top_k: int) -> torch.Tensor:
     """One token per row from softmax(scores) restricted to the top-k scores (ties at the k-th kept, as
-    transformers' `TopKLogitsWarper` keeps them). Ties are common with bf16 logits (8-bit mantissa), so they are
-    drawn among the widest row's candidates, not over the whole vocabulary."""
-    values, indices = scores.topk(top_k, dim=-1)
-    threshold = values[:, -1:]
-    widest = int((scores >= threshold).sum(dim=-1).max())
-    if widest > top_k:
-        values, indices = scores.topk(widest, dim=-1)
-        values = values.masked_fill(values < threshold, float("-inf"))
+    transformers' `TopKLogitsWarper` keeps them). Ties are common with bf16 logits (8-bit mantissa): the k +
+    `TIE_MARGIN` best scores usually hold every tied one; only when a row's last candidate still ties is the
+    whole row counted and the candidates widened."""
+    width = min(top_k + TIE_MARGIN, scores.shape[-1])
+    values, indices = scores.topk(width, dim=-1)
+    threshold = values[:, top_k - 1 : top_k]
+    if width < scores.shape[-1] and bool((values[:, -1:] == threshold).any()):
+        width = int((scores >= threshold).sum(dim=-1).max())
+        values, indices = scores.topk(width, dim=-1)
+    values = values.masked_fill(values < threshold, float("-inf"))
     choice = torch.multinomial(values.softmax(dim=-1), 1)
     return indices.gather(1, choice).squeeze(1)
 

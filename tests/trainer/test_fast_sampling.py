@@ -105,6 +105,9 @@ def test_top_k_keeps_every_token_tied_at_the_kth_score_like_transformers():
     torch.manual_seed(0)
     draws = _sample_top_k(scores.expand(6000, -1), 3)
     assert set(draws.unique().tolist()) == {0, 1, 2, 3, 4}
+    many = torch.tensor([[5.0, 4.0] + [3.0] * 12 + [-1.0, -2.0]])  # more ties than the first pass's margin
+    draws = _sample_top_k(many.expand(20000, -1), 3)
+    assert set(draws.unique().tolist()) == set(range(14))
 
 
 def test_top_k_with_ties_in_some_rows_keeps_each_rows_own_candidates():
