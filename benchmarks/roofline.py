@@ -11,9 +11,10 @@ Counted (multiply-adds x 2), per phase of `benchmarks/grpo_step.py`:
     backward_step  the policy's backward: twice its forward (input and weight gradients)
     reward         the reward model's forward over its conversations (full completion + `<answer>` text)
 
-The peak is the best of several `torch.mm` timings at the phase's representative shape: decoding multiplies
-[completions, hidden] by [hidden, intermediate] (thin, bound by reading the weights), training
-[completions x tokens, hidden] by [hidden, intermediate]. It is what this CPU does at those shapes, not a
+The peak is the best of several timings at the phase's representative shape, through `torch.mm` and through the
+pre-packed GEMM of `minimind_trl.trainer.decode_kernel.PackedGemm` (oneDNN bf16 / MKL fp32), whichever is
+faster: decoding multiplies [completions, hidden] by [hidden, intermediate] (thin, bound by reading the
+weights), training [completions x tokens, hidden] by [hidden, intermediate]. It is what this CPU does at those shapes, not a
 datasheet figure, so an efficiency near 100 % means the phase runs at the speed of its GEMMs.
 
 Decoding reads every weight of the model once per step, more bytes than the core's L2 cache holds, so its GEMMs
@@ -22,6 +23,7 @@ model's decode weights fill (`decode_weight_bytes`), cycled: the GEMM speed at t
 A single warm matrix (`peak_gflops_warm`, also reported) overstates what a decoding step can reach.
 """
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -112,30 +114,41 @@ def decode_weight_bytes(s: StepShapes, dtype: torch.dtype) -> int:
 def gemm_gflops(
     m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20, min_seconds: float = 0.05, working_set: int = 0
 ) -> float:
-    """The best GFLOP/s of `[m, k] @ [k, n]` in `dtype` over `repeats` timed batches of calls; with `working_set`
-    (bytes), cycling through enough distinct `[k, n]` matrices to fill it, so they do not stay in cache."""
+    """The best GFLOP/s of `[m, k] @ [k, n]` in `dtype` over `repeats` timed batches of calls, through `torch.mm`
+    and through the pre-packed GEMM the decode kernel uses (oneDNN bf16 / MKL fp32), whichever is faster; with
+    `working_set` (bytes), cycling through enough distinct `[k, n]` matrices to fill it, so they do not stay in
+    cache."""
+    from minimind_trl.trainer.decode_kernel import PackedGemm
+
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=generator).to(dtype)
     b = torch.randn(k, n, generator=generator).to(dtype)
     copies = max(1, -(-working_set // b.nbytes))
     matrices = [b] + [b.clone() for _ in range(copies - 1)]
-    for matrix in matrices:
-        torch.mm(a, matrix)  # warm-up: allocation, kernel choice
-    calls = len(matrices)
+    plain = [functools.partial(torch.mm, a, matrix) for matrix in matrices]
+    packed = [functools.partial(PackedGemm(matrix.t().contiguous(), m), a) for matrix in matrices]
+    return 2 * m * k * n / min(_best_seconds(plain, repeats, min_seconds), _best_seconds(packed, repeats, min_seconds)) / 1e9
+
+
+def _best_seconds(calls: list, repeats: int, min_seconds: float) -> float:
+    """The best mean seconds per call of `calls` (cycled) over `repeats` timed batches."""
+    for call in calls:
+        call()  # warm-up: allocation, kernel choice
+    count = len(calls)
     while True:
         start = time.perf_counter()
-        for call in range(calls):
-            torch.mm(a, matrices[call % len(matrices)])
-        if time.perf_counter() - start >= min_seconds / 4 or calls >= 1 << 16:
+        for index in range(count):
+            calls[index % len(calls)]()
+        if time.perf_counter() - start >= min_seconds / 4 or count >= 1 << 16:
             break
-        calls *= 2
+        count *= 2
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        for call in range(calls):
-            torch.mm(a, matrices[call % len(matrices)])
-        best = min(best, (time.perf_counter() - start) / calls)
-    return 2 * m * k * n / best / 1e9
+        for index in range(count):
+            calls[index % len(calls)]()
+        best = min(best, (time.perf_counter() - start) / count)
+    return best
 
 
 def phase_peaks(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype) -> dict[str, float]:
