@@ -3,7 +3,8 @@
 * `grpo_config`: `MiniMindGRPOConfig`, upstream's defaults and MiniMind's switches;
 * `grpo_trainer`: `MiniMindGRPOTrainer` (rollouts, rewards, advantages, loss, checkpoints, model card);
 * `advantages`: upstream's double-normalised group advantages as pure functions;
-* `fast_sampling` / `fast_logprobs`: the lean rollout sampler and the completion-only log-prob head;
+* `fast_sampling` / `decode_kernel` / `fast_logprobs`: the lean rollout sampler, its packed MiniMind decoding
+  step and the completion-only log-prob head;
 * `checkpointing`: crash-safe checkpoints and resume checks; `model_card`: the run's card section;
 * `trl_overrides`: what is substituted inside TRL's constructor.
 """

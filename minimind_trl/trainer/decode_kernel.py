@@ -17,8 +17,9 @@ embedding, norms, an fp32 o/down/LM head) are the model's own tensors. The arith
 activation, RoPE table, attention scale); GEMMs of another shape may round differently in the last bits, so
 logits agree with the module path to fp32 rounding, not bit for bit (tested, with greedy tokens equal).
 
-`DecodeKernel.unsupported(model)` names what the kernel lacks for a model (rope_type "dynamic", LoRA-wrapped
-linears, ...); the sampler then decodes through the model's modules as before.
+`DecodeKernel.unsupported(model)` names what the kernel lacks for a model (a GPU: it is built and measured for
+CPU decoding only; rope_type "dynamic", LoRA-wrapped linears, ...); the sampler then decodes through the
+model's modules as before.
 """
 
 import torch
@@ -85,6 +86,8 @@ class DecodeKernel:
         if type(model).__name__ != "MiniMindForCausalLM" or getattr(config, "model_type", None) != "minimind":
             return [f"{type(model).__name__} is not a MiniMindForCausalLM (a wrapper such as peft's decodes through its modules)"]
         problems = []
+        if model.get_output_embeddings().weight.device.type != "cpu":  # measured and tested on CPU only
+            problems.append("the kernel runs on CPU only (GPU decoding goes through the model's modules)")
         if config.rope_parameters.get("rope_type", "default") == "dynamic":
             problems.append("rope_type 'dynamic' changes the RoPE table with the sequence length")
         linears = [("lm_head", model.get_output_embeddings())]
@@ -176,18 +179,18 @@ class DecodeKernel:
         layer_caches = cache.layers[: self.config.num_hidden_layers]
         dtype = layer_caches[0].keys.dtype
         # [B * kv_heads, total, D] per layer: the attention's batched GEMMs read a slice of it without copying
-        shape = (batch * self.num_kv_heads, total, self.head_dim)
-        self.keys = [torch.empty(shape, dtype=dtype) for _ in layer_caches]
-        self.values = [torch.empty(shape, dtype=dtype) for _ in layer_caches]
+        shape, device = (batch * self.num_kv_heads, total, self.head_dim), attention_mask.device
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in layer_caches]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in layer_caches]
         for keys, values, layer in zip(self.keys, self.values, layer_caches, strict=True):
             keys[:, :prompt_length].copy_(layer.keys.reshape(-1, prompt_length, self.head_dim))
             values[:, :prompt_length].copy_(layer.values.reshape(-1, prompt_length, self.head_dim))
         self.length = prompt_length
         # additive mask over every cache column, one row per (row, kv head): -inf on the prompt's left padding
-        bias = torch.zeros(batch, total, dtype=dtype)
+        bias = torch.zeros(batch, total, dtype=dtype, device=device)
         bias[:, :prompt_length].masked_fill_(attention_mask == 0, float("-inf"))
         self.mask_bias = bias.repeat_interleave(self.num_kv_heads, dim=0)[:, None]
-        cos, sin = self.rotary(self.embed[:1, None], torch.arange(total)[None])
+        cos, sin = self.rotary(self.embed[:1, None], torch.arange(total, device=device)[None])
         half = self.head_dim // 2
         self.cos = cos[0]
         # rotate_half(x) * sin == x.roll(half) * sin_signed: one roll and one multiply-add per step
