@@ -44,9 +44,10 @@ class MiniMindGRPOConfig(GRPOConfig):
         sampling_weights_dtype (`str` or `None`, *optional*, defaults to `"auto"`):
             With `fast_sampling`, the dtype of the GEMM weights the rollouts decode with, packed from the policy at
             every generation. `"auto"`: `"bfloat16"` when training with `bf16: true` (upstream's `--dtype
-            bfloat16`, under which its GPU rollouts ran bf16 GEMMs) and the decode kernel applies, the policy's own
-            dtype otherwise, so `bf16: false` samples in exact fp32. `None`: always the policy's dtype. The loss
-            always scores the real weights; the measured difference is in benchmarks/README.md.
+            bfloat16`, under which its GPU rollouts ran bf16 GEMMs) and the decode kernel applies (MiniMind on
+            CPU), the policy's own dtype otherwise, so `bf16: false` samples in exact fp32. `None`: always the
+            policy's dtype. The loss always scores the real weights; the measured difference is in the README
+            (bf16 numerics) and `benchmarks/bf16_sampling.py`.
         save_native_pth (`bool`, *optional*, defaults to `False`):
             Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
             in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for
