@@ -7,9 +7,10 @@ policy's weights once per generation round and runs each step as a short sequenc
 
 * fused weights: q|k|v in one GEMM, gate|up in one GEMM (MoE: every expert's gate|up and down as one batched
   GEMM each, weighted by the router's renormalised top-k weights, zero elsewhere);
+* GEMM weights pre-packed for the CPU's kernels (`PackedGemm`: oneDNN bf16, MKL fp32; same results);
 * a preallocated KV cache written in place at one column per step (the prompt's cache is copied in once);
 * RoPE from a table built by the model's own rotary module, one gather per step;
-* grouped-query attention through `scaled_dot_product_attention(enable_gqa=True)`, no repeated k/v heads.
+* grouped-query attention as one `baddbmm` and one `bmm` over cache slices, no repeated k/v heads.
 
 The fused (and any dtype-converted) weights are copies, so they are packed again at the start of every
 generation round (`refresh`): the optimizer changes the policy between rounds. Weights needing neither (the
@@ -84,7 +85,8 @@ class DecodeKernel:
         config = getattr(model, "config", None)
         # by name: a folder loaded with trust_remote_code has its own copy of the class
         if type(model).__name__ != "MiniMindForCausalLM" or getattr(config, "model_type", None) != "minimind":
-            return [f"{type(model).__name__} is not a MiniMindForCausalLM (a wrapper such as peft's decodes through its modules)"]
+            name = type(model).__name__
+            return [f"{name} is not a MiniMindForCausalLM (a wrapper such as peft's decodes through its modules)"]
         problems = []
         if model.get_output_embeddings().weight.device.type != "cpu":  # measured and tested on CPU only
             problems.append("the kernel runs on CPU only (GPU decoding goes through the model's modules)")
@@ -267,4 +269,4 @@ class DecodeKernel:
         return out
 
 
-__all__ = ["DecodeKernel"]
+__all__ = ["DecodeKernel", "PackedGemm"]
