@@ -27,19 +27,34 @@ from minimind_trl.models.minimind.tokenization_minimind import build_minimind_to
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model shape, batch and target entropy (shared with `bf16_sampling.py`)."""
     parser.add_argument("--hidden-size", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--completion-tokens", type=int, default=96)
     parser.add_argument("--entropy", type=float, default=2.5, help="target mean next-token entropy (nats)")
     parser.add_argument("--vocab", type=int, default=6400)
-    parser.add_argument("--noise", type=float, nargs="+", default=[0.0, 1e-4, 3e-4, 1e-3])
     parser.add_argument("--seed", type=int, default=0)
+
+
+def model_config(args) -> MiniMindConfig:
+    return MiniMindConfig(
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        vocab_size=args.vocab,
+    )
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_model_arguments(parser)
+    parser.add_argument("--completion-tokens", type=int, default=96)
+    parser.add_argument("--noise", type=float, nargs="+", default=[0.0, 1e-4, 3e-4, 1e-3])
     return parser.parse_args(argv)
 
 
@@ -72,13 +87,7 @@ def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     tokenizer = build_minimind_tokenizer()
-    config = MiniMindConfig(
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
-        vocab_size=args.vocab,
-    )
+    config = model_config(args)
     reference = MiniMindForCausalLM(config).eval()
     length = args.prompt_tokens + args.completion_tokens
     input_ids = torch.randint(3, args.vocab, (args.rows, length))

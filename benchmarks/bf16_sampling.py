@@ -23,26 +23,18 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl import MiniMindForCausalLM
 from minimind_trl.trainer.decode_kernel import DecodeKernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bf16_kl import calibrate_entropy  # noqa: E402
+from bf16_kl import add_model_arguments, calibrate_entropy, model_config  # noqa: E402
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--hidden-size", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--prompt-tokens", type=int, default=32)
+    add_model_arguments(parser)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--entropy", type=float, default=2.5, help="target mean next-token entropy (nats)")
-    parser.add_argument("--vocab", type=int, default=6400)
-    parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
 
@@ -58,13 +50,7 @@ def compare(exact: torch.Tensor, other: torch.Tensor, tokens: torch.Tensor, temp
 def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    config = MiniMindConfig(
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
-        vocab_size=args.vocab,
-    )
+    config = model_config(args)
     model = MiniMindForCausalLM(config).eval()
     prompts = torch.randint(3, args.vocab, (args.rows, args.prompt_tokens))
     scale, entropy = calibrate_entropy(model, prompts[:2], args.entropy)

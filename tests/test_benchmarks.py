@@ -168,6 +168,18 @@ def test_model_vs_llama_runs(capsys):
     assert {"forward_ratio", "forward_backward_ratio", "decode_ratio", "worst_ratio"} <= set(summary)
 
 
+def test_bf16_sampling_runs_and_sees_the_rounding(capsys):
+    """The README quotes this script's KL between fp32 and bf16-GEMM sampling: both sides must have really run
+    (a zero KL would mean the bf16 path fell back to fp32)."""
+    import bf16_sampling
+
+    args = ["--hidden-size", "32", "--layers", "1", "--heads", "4", "--rows", "2", "--prompt-tokens", "4"]
+    bf16_sampling.main([*args, "--new-tokens", "4", "--vocab", "300"])
+    results = _last_json_line(capsys.readouterr().out)["results"]
+    for name in ("kernel_bf16", "autocast"):
+        assert 1e-8 < results[name]["kl"] < 0.1 and 0 < results[name]["logp_diff"] and 0 <= results[name]["top1"] <= 1
+
+
 @pytest.mark.parametrize(
     "generation, moe", [("minimind2", False), ("minimind3", False), ("minimind2", True), ("minimind3", True)]
 )
