@@ -60,6 +60,15 @@ class MiniMindModelOutputWithPast(BaseModelOutputWithPast):
     aux_loss: torch.Tensor | None = None
 
 
+def rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`weight * x * rsqrt(mean(x^2) + eps)` with fp32 statistics (also the decode kernel's norm)."""
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + eps)
+    return weight * hidden_states.to(input_dtype)
+
+
 class MiniMindRMSNorm(nn.Module):
     """RMSNorm computed in fp32: `weight * x * rsqrt(mean(x^2) + eps)`."""
 
@@ -69,11 +78,7 @@ class MiniMindRMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
