@@ -29,6 +29,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from ..models.minimind.configuration_minimind import MINIMIND2
+from ..models.minimind.modeling_minimind import rms_norm
 
 
 class PackedGemm:
@@ -75,7 +76,7 @@ class DecodeKernel:
         self.act = ACT2FN[config.hidden_act]
         self.scale = config.head_dim**-0.5
         self.weights_dtype = weights_dtype
-        self.batch_hint = 16  # rows the GEMMs are packed for (any row count works); `start` sets the real one
+        self.batch_hint = 0  # rows the GEMMs are packed for (any row count works); `start` sets it
         self.weights: list[dict[str, torch.Tensor]] = []
         self.refresh(model)
 
@@ -147,7 +148,7 @@ class DecodeKernel:
                 packed["down"] = gemm(layer.mlp.down_proj.weight)
             weights.append(packed)
         self.weights = weights
-        self._pack()
+        self.gemms = None  # packed in `start`, once the round's row count is known
         if config.use_moe:
             moe = backbone.layers[0].mlp
             self.top_k = moe.top_k
@@ -174,7 +175,7 @@ class DecodeKernel:
         """Take over the prompt's cache (`DynamicCache` after the model's prefill) into preallocated buffers for
         `max_new_tokens` more positions, and the RoPE table for every position this round can reach."""
         batch, prompt_length = attention_mask.shape
-        if batch != self.batch_hint:
+        if self.gemms is None or batch != self.batch_hint:
             self.batch_hint = batch
             self._pack()
         total = prompt_length + max_new_tokens
@@ -238,9 +239,8 @@ class DecodeKernel:
         return self.head(h).to(x.dtype)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """The model's RMSNorm arithmetic (fp32 statistics), without the module call."""
-        variance = x.float().pow(2).mean(-1, keepdim=True)
-        return weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+        """The model's RMSNorm, without the module call."""
+        return rms_norm(x, weight, self.eps)
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention of one query per row: `[B, Hq, D]` against `[B * Hkv, L, D]`, no repeated heads
