@@ -8,7 +8,7 @@ renames three SentencePiece control pieces to `<|reward|>`, `<|im_end|>`, `<|im_
 config renames `[UNUSED_TOKEN_*]` pieces. The weights are written tensor by tensor from the layout, not
 through the model class, so loading them is a real check of the loader.
 
-Needs `sentencepiece` (the `sentencepiece` extra) for the tokenizer.
+Trains the tokenizer with `sentencepiece` (a core dependency: the default demo builds its reward model here).
 """
 
 import io

@@ -68,7 +68,7 @@ def build_internlm2_tokenizer(
     (specials whose id is beyond the SentencePiece vocabulary are an error).
     """
     model_file = Path(sentencepiece_model)
-    proto = import_protobuf("Reading InternLM2's tokenizer.model (pip install 'minimind-trl[sentencepiece]')").ModelProto()
+    proto = import_protobuf("Reading InternLM2's tokenizer.model (protobuf is a minimind-trl dependency)").ModelProto()
     proto.ParseFromString(model_file.read_bytes())
     if proto.trainer_spec.model_type != _SPM_BPE:
         raise ValueError(f"{model_file}: InternLM2's tokenizer is a SentencePiece BPE model (model_type BPE)")
