@@ -1,0 +1,195 @@
+"""What a newcomer's install holds is enough: with only `[project.dependencies]` (no extras), every module of the
+package imports and the default commands (demo, grpo, convert, export, merge-lora) run; each optional extra
+fails with a message naming the extra to install.
+
+Installing a second virtual environment would take minutes, so the test builds the same thing from this one: a
+site directory holding exactly the files of the distributions `pyproject.toml`'s dependencies pull in (their
+RECORDs, file by file, as links), and runs a Python that sees only the standard library, that directory and the
+checkout. A package outside the closure (pytest, matplotlib, deepspeed, gguf, ...) is then not importable at all,
+as in the venv README Quickstart line 1 makes minus its `[plot]` extra.
+"""
+
+import importlib.metadata as metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def core_requirements() -> list[Requirement]:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return [Requirement(spec) for spec in project["dependencies"]]
+
+
+def distribution_closure(requirements: list[Requirement]) -> dict[str, metadata.Distribution]:
+    """Every installed distribution the requirements pull in (markers evaluated for this interpreter, no extras)."""
+    environment = default_environment()
+    found: dict[str, metadata.Distribution] = {}
+    pending = list(requirements)
+    while pending:
+        requirement = pending.pop()
+        key = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        if key in found:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({**environment, "extra": ""}):
+            continue
+        try:
+            distribution = metadata.distribution(requirement.name)
+        except metadata.PackageNotFoundError:
+            pytest.fail(f"{requirement.name} is a dependency of minimind-trl but is not installed in this venv")
+        found[key] = distribution
+        pending.extend(Requirement(spec) for spec in distribution.requires or [])
+    return found
+
+
+def build_core_site(target: Path) -> set[str]:
+    """Link every file of the core closure into `target` (a site directory); returns the distributions' names."""
+    closure = distribution_closure(core_requirements())
+    for distribution in closure.values():
+        root = Path(distribution.locate_file(""))
+        for file in distribution.files or []:
+            source = (root / file).resolve()
+            if file.parts[0] == ".." or not source.is_file():  # console scripts outside site-packages, caches
+                continue
+            link = target / file
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(source)
+    return set(closure)
+
+
+@pytest.fixture(scope="module")
+def core_site(tmp_path_factory) -> tuple[Path, set[str]]:
+    # named like a real one: dill and datasets pickle modules under a `site-packages` path by reference
+    target = tmp_path_factory.mktemp("core-env") / "site-packages"
+    target.mkdir()
+    return target, build_core_site(target)
+
+
+PRELUDE = """
+import site, sys
+sys.path[:] = [p for p in sys.path if "site-packages" not in p]
+site.addsitedir({site_dir!r})
+sys.path.insert(0, {repo!r})
+"""
+
+
+def run_core(core_site, code: str, *args: str, cwd=None, timeout=900) -> subprocess.CompletedProcess:
+    """Run `code` in a Python that sees only the standard library, the core closure and the checkout."""
+    site_dir, _ = core_site
+    prelude = PRELUDE.format(site_dir=str(site_dir), repo=str(REPO_ROOT))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run(
+        [sys.executable, "-S", "-c", prelude + textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def cli(core_site, *args: str, cwd=None) -> subprocess.CompletedProcess:
+    return run_core(core_site, "from minimind_trl.cli import main\nsys.argv = sys.argv[:1] + sys.argv[1:]\nsys.exit(main())", *args, cwd=cwd)
+
+
+def test_the_core_site_holds_the_dependencies_and_nothing_else(core_site):
+    """The environment is what it claims: the core closure importable, the extras' packages not."""
+    _, names = core_site
+    assert {"torch", "transformers", "trl", "sentencepiece", "protobuf"} <= names
+    probe = run_core(
+        core_site,
+        """
+        import importlib.util, json
+        names = ["torch", "transformers", "trl", "peft", "datasets", "accelerate", "sentencepiece", "google.protobuf",
+                 "pytest", "matplotlib", "deepspeed", "gguf", "tensorboard", "parameterized"]
+        print(json.dumps({name: importlib.util.find_spec(name) is not None for name in names}))
+        """,
+    )
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert all(found[name] for name in ("torch", "transformers", "trl", "peft", "datasets", "accelerate")), found
+    assert found["sentencepiece"] and found["google.protobuf"], found
+    assert not any(found[name] for name in ("pytest", "matplotlib", "deepspeed", "gguf", "tensorboard")), found
+
+
+def test_every_module_imports_with_only_the_core_dependencies(core_site):
+    result = run_core(
+        core_site,
+        """
+        import importlib, pkgutil, traceback
+        import minimind_trl
+        failed = []
+        for info in pkgutil.walk_packages(minimind_trl.__path__, "minimind_trl."):
+            try:
+                importlib.import_module(info.name)
+            except Exception:
+                failed.append(info.name + ": " + traceback.format_exc().strip().splitlines()[-1])
+        print("\\n".join(failed) or "all imported")
+        sys.exit(1 if failed else 0)
+        """,
+    )
+    assert result.returncode == 0, f"modules that need more than [project.dependencies]:\n{result.stdout}{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def tiny_demo(core_site, tmp_path_factory):
+    """The default demo (full reward: the InternLM2-layout reward model and its SentencePiece tokenizer), shortened,
+    with only the core dependencies: its whole pipeline, in a few seconds."""
+    out = tmp_path_factory.mktemp("core-demo") / "demo"
+    result = cli(
+        core_site, "demo", "--steps", "2", "--warm_start_steps", "2", "--reward_model_steps", "2", "--output_dir", str(out)
+    )
+    return out, result
+
+
+def test_the_default_demo_runs_with_only_the_core_dependencies(tiny_demo):
+    out, result = tiny_demo
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (out / "config.json").is_file() and (out / "_reward_model" / "tokenizer.model").is_file()
+    # without the [plot] extra the curve is skipped with the extra named, not a crash
+    assert "pip install 'minimind-trl[plot]'" in result.stdout
+
+
+def test_convert_export_and_grpo_run_with_only_the_core_dependencies(core_site, tiny_demo, tmp_path):
+    demo, result = tiny_demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    native = tmp_path / "grpo_64.pth"
+    steps = [
+        ("export", str(demo), str(native), "--format", "native"),
+        ("convert", str(native), str(tmp_path / "converted"), "--tokenizer", str(demo)),
+        ("export", str(tmp_path / "converted"), str(tmp_path / "llama"), "--format", "llama"),
+        (
+            "grpo", "--config", "recipes/demo/grpo.yaml", "--model_name_or_path", str(tmp_path / "converted"),
+            "--dataset_name", "minimind_trl/cli/demo_data/demo_prompts.jsonl", "--max_steps", "1",
+            "--output_dir", str(tmp_path / "grpo"),
+        ),
+    ]
+    for args in steps:
+        step = cli(core_site, *args, cwd=REPO_ROOT)
+        assert step.returncode == 0, f"minimind-trl {' '.join(args)}:\n{step.stdout[-2000:]}{step.stderr[-3000:]}"
+    assert (tmp_path / "llama" / "config.json").is_file() and (tmp_path / "grpo" / "config.json").is_file()
+
+
+def test_optional_extras_name_the_extra_to_install(core_site, tiny_demo, tmp_path):
+    demo, result = tiny_demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    gguf = cli(core_site, "export", str(demo), str(tmp_path / "m.gguf"), "--format", "gguf")
+    assert gguf.returncode == 2 and "pip install 'minimind-trl[gguf]'" in gguf.stderr, gguf.stderr[-2000:]
+    board = cli(
+        core_site, "grpo", "--config", "recipes/demo/grpo.yaml", "--model_name_or_path", str(demo),
+        "--dataset_name", "minimind_trl/cli/demo_data/demo_prompts.jsonl", "--report_to", "tensorboard",
+        "--output_dir", str(tmp_path / "tb"), cwd=REPO_ROOT,
+    )
+    assert board.returncode == 2 and "pip install 'minimind-trl[tensorboard]'" in board.stderr, board.stderr[-2000:]
