@@ -193,3 +193,14 @@ def test_optional_extras_name_the_extra_to_install(core_site, tiny_demo, tmp_pat
         "--output_dir", str(tmp_path / "tb"), cwd=REPO_ROOT,
     )
     assert board.returncode == 2 and "pip install 'minimind-trl[tensorboard]'" in board.stderr, board.stderr[-2000:]
+    # what `accelerate launch --config_file recipes/accelerate/zero2.yaml` hands the process
+    zero = run_core(
+        core_site,
+        "import os\nos.environ.update(ACCELERATE_USE_DEEPSPEED='true', ACCELERATE_DEEPSPEED_ZERO_STAGE='2')\n"
+        "from minimind_trl.cli import main\nsys.exit(main())",
+        "grpo", "--config", "recipes/demo/grpo.yaml", "--model_name_or_path", str(demo),
+        "--dataset_name", "minimind_trl/cli/demo_data/demo_prompts.jsonl", "--output_dir", str(tmp_path / "zero"),
+        cwd=REPO_ROOT,
+    )
+    assert zero.returncode == 2 and "pip install 'minimind-trl[deepspeed]'" in zero.stderr, zero.stderr[-2000:]
+    assert "Traceback" not in zero.stderr, zero.stderr[-2000:]

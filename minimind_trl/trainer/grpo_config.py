@@ -2,6 +2,8 @@
 MiniMind's GRPO needs. Each field documents the upstream flag it stands for.
 """
 
+import importlib.util
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -229,6 +231,7 @@ class MiniMindGRPOConfig(GRPOConfig):
     save_steps: float = field(default=10, metadata={"help": "Save a checkpoint every X optimizer steps (upstream: 10)."})
 
     def __post_init__(self):
+        _require_deepspeed_extra(self)
         if self.lr_scheduler_type == "cosine_with_min_lr" and self.lr_scheduler_kwargs is None:
             self.lr_scheduler_kwargs = {"min_lr_rate": 0.1}
         if self.steps_per_generation is None and self.generation_batch_size is None:
@@ -285,6 +288,17 @@ class MiniMindGRPOConfig(GRPOConfig):
                 "with the trainer's; with tempered_logprobs=False the trainer scores at temperature 1 and the ratio "
                 "would be biased. Set tempered_logprobs=True or vllm_importance_sampling_correction=False."
             )
+
+
+def _require_deepspeed_extra(args: MiniMindGRPOConfig) -> None:
+    """ZeRO (`accelerate launch` with a DeepSpeed config, or `deepspeed:`) without DeepSpeed installed: one line naming
+    the extra, instead of transformers' version-check traceback while the arguments are parsed."""
+    requested = args.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
+    if requested and importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(
+            "DeepSpeed ZeRO was requested (an accelerate DeepSpeed config or `deepspeed:`) but DeepSpeed is not "
+            "installed: pip install 'minimind-trl[deepspeed]'"
+        )
 
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "MiniMindGRPOConfig"]
