@@ -12,7 +12,7 @@ What it prefers, checkable without it (`in_question_language`): the `<answer>` t
 there is no `<answer>` block; tags removed) is in the question's language: a Chinese question's answer contains a
 Chinese character; an English question's answer contains a Latin letter or digit and no Chinese. The bundled SFT
 examples break it in 135 of 308 replies (Chinese arithmetic questions answered "11", translations), and the
-warm-started policy's samples have it 9-38 % of the time (README: The demo).
+warm-started policy's samples have it 9-38 % of the time (docs/demo.md#the-full-reward-a-reward-model-trained-offline).
 """
 
 import argparse

@@ -48,8 +48,8 @@ class MiniMindGRPOConfig(GRPOConfig):
             every generation. `"auto"`: `"bfloat16"` when training with `bf16: true` (upstream's `--dtype
             bfloat16`, under which its GPU rollouts ran bf16 GEMMs) and the decode kernel applies (MiniMind on
             CPU), the policy's own dtype otherwise, so `bf16: false` samples in exact fp32. `None`: always the
-            policy's dtype. The loss always scores the real weights; the measured difference is in the README
-            (bf16 numerics) and `benchmarks/bf16_sampling.py`.
+            policy's dtype. The loss always scores the real weights; the measured difference is in
+            docs/deviations.md#bf16-numerics and `benchmarks/bf16_sampling.py`.
         save_native_pth (`bool`, *optional*, defaults to `False`):
             Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
             in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for

@@ -1,4 +1,4 @@
-"""The README's Python route gets what the CLI promises: `MiniMindGRPOTrainer` built exactly as the README shows,
+"""The Python route (docs/training.md#from-python) gets what the CLI promises: `MiniMindGRPOTrainer` built as shown there,
 killed with SIGKILL while saving, resumes to the uninterrupted run's weights, across an epoch boundary, with
 complete checkpoints only and the run's model card section."""
 
@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from minimind_trl.trainer.checkpointing import STAGING_DIR
 from minimind_trl.trainer.model_card import CARD_SECTION_TITLE
 
-# The README's example (rule rewards, no reward model, plus a fixture reward so a random policy really learns),
+# docs/training.md's example (rule rewards, no reward model, plus a fixture reward so a random policy really learns),
 # with a tiny run's settings. argv: policy data output_dir kill_at_step(0: never) resume(0/1)
 README_RUN = """
 import os, signal, sys
