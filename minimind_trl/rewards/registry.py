@@ -1,5 +1,10 @@
 """Reward functions by name: the one table recipes pick from (`reward_funcs: [format, tag_count, reward_model]`).
 
+Two upstream generations are here: MiniMind2's (the seed, fea69cf) `format`, `tag_count`, `reward_model` and
+MiniMind-3's (d65ef2c) `length`, `thinking_length`, `think_close_count`, `repetition_penalty`,
+`answer_reward_model`. The reward-model terms (`REWARD_MODEL_REWARDS`) score with the model at
+`reward_model_name_or_path`; a run lists at most one of them.
+
 `REWARDS` maps each built-in name to a `RewardEntry`: how to check it before any model is loaded and how to
 build its TRL reward callable. Any other name must be an importable `package.module:function` (also
 `package.module.function`; the working directory is importable, as in TRL's scripts). `check_reward_specs`
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import RewardSpecError
 from ..loading_utils import import_object, whole_model_loading
+from .minimind3_rewards import AnswerRewardModelReward, length, repetition_penalty, think_close_count, thinking_length
 from .reward_model import RewardModelReward
 from .rule_rewards import format_reward, tag_count_reward
 from .scorers import InternLM2Scorer, SequenceClassifierScorer
@@ -26,11 +32,13 @@ REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
 @dataclass(frozen=True)
 class RewardEntry:
     """A built-in reward: `build(script_args, training_args, tokenizer)` returns its TRL reward callable;
-    `check(script_args, training_args)`, when given, validates its options before anything is loaded."""
+    `check(script_args, training_args)`, when given, validates its options before anything is loaded; `python`
+    names what Python users import instead."""
 
     help: str
     build: Callable
     check: Callable | None = None
+    python: str = ""  # its public name in `minimind_trl.rewards` (what Python users pass the trainer)
 
 
 # --------------------------------------------------------------------------- the reward model
@@ -101,7 +109,11 @@ def check_reward_model(script_args, training_args) -> str:
     """The reward model's path and `config.json`; returns its kind."""
     path = script_args.reward_model_name_or_path
     if not path:
-        raise RewardSpecError("reward_funcs includes 'reward_model' but reward_model_name_or_path is not set")
+        listed = [name for name in script_args.reward_funcs or [] if name in REWARD_MODEL_REWARDS]
+        raise RewardSpecError(
+            f"reward_funcs includes {listed[0] if listed else 'a reward-model reward'!r} but reward_model_name_or_path "
+            "is not set (the reward model it scores with)"
+        )
     return reward_model_kind(read_reward_model_config(path), path, script_args.reward_model_type)
 
 
@@ -124,19 +136,67 @@ def build_reward_model_reward(script_args, training_args, tokenizer) -> RewardMo
     )
 
 
+def build_answer_reward_model_reward(script_args, training_args, tokenizer) -> AnswerRewardModelReward:
+    """MiniMind-3's reward-model term: the answer after the folded conversation, clipped, no blend."""
+    kind = check_reward_model(script_args, training_args)
+    return AnswerRewardModelReward(
+        load_scorer(script_args.reward_model_name_or_path, kind, training_args.device),
+        tokenizer=tokenizer,
+        clip=script_args.reward_model_clip,
+        chat_template_kwargs=training_args.chat_template_kwargs,
+    )
+
+
+def _function(func: Callable) -> Callable:
+    """A builder returning `func` itself (rule rewards need no options)."""
+    return lambda *_: func
+
+
 # --------------------------------------------------------------------------- the table
 
 REWARDS: dict[str, RewardEntry] = {
+    # MiniMind2 (fea69cf, the seed)
     "format": RewardEntry(
-        "+0.5 for upstream's <think>...</think><answer>...</answer> layout", build=lambda *_: format_reward
+        "+0.5 for upstream's <think>...</think><answer>...</answer> layout",
+        build=_function(format_reward),
+        python="format_reward",
     ),
-    "tag_count": RewardEntry("+0.25 per reasoning tag that occurs exactly once", build=lambda *_: tag_count_reward),
+    "tag_count": RewardEntry(
+        "+0.25 per reasoning tag that occurs exactly once", build=_function(tag_count_reward), python="tag_count_reward"
+    ),
     "reward_model": RewardEntry(
         "the reward model at reward_model_name_or_path, clipped and (reasoning) answer-blended",
         build=build_reward_model_reward,
         check=check_reward_model,
+        python="RewardModelReward",
+    ),
+    # MiniMind-3 (d65ef2c)
+    "length": RewardEntry(
+        "+0.5 if the stripped completion has 20..800 characters, else -0.5", build=_function(length), python="length"
+    ),
+    "thinking_length": RewardEntry(
+        "with </think>: +1.0 if the thought before it has 20..300 characters, else -0.5; 0 without",
+        build=_function(thinking_length),
+        python="thinking_length",
+    ),
+    "think_close_count": RewardEntry(
+        "with </think>: +0.25 if it occurs once, else -0.25; 0 without",
+        build=_function(think_close_count),
+        python="think_close_count",
+    ),
+    "repetition_penalty": RewardEntry(
+        "minus the answer's trigram repetition penalty (at most 0.5)",
+        build=_function(repetition_penalty),
+        python="repetition_penalty",
+    ),
+    "answer_reward_model": RewardEntry(
+        "the reward model at reward_model_name_or_path on the answer after the folded conversation, clipped",
+        build=build_answer_reward_model_reward,
+        check=check_reward_model,
+        python="AnswerRewardModelReward",
     ),
 }
+REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model")  # the entries that score with the reward model
 
 
 def import_reward_function(spec: str) -> Callable:
@@ -173,13 +233,20 @@ def check_reward_specs(script_args, training_args) -> None:
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(names):
         raise RewardSpecError(f"reward_weights has {len(weights)} values for {len(names)} reward_funcs {names}")
+    model_rewards = [name for name in names if name in REWARD_MODEL_REWARDS]
+    if len(model_rewards) > 1:
+        raise RewardSpecError(
+            f"reward_funcs lists {' and '.join(model_rewards)}: both score with the one reward model (MiniMind2's "
+            "whole-completion blend and MiniMind-3's answer after the folded conversation); keep one"
+        )
     for name in names:
         if name in REWARDS and REWARDS[name].check is not None:
             REWARDS[name].check(script_args, training_args)
     path = script_args.reward_model_name_or_path
-    if path and "reward_model" not in names:
+    if path and not model_rewards:
         raise RewardSpecError(
-            f"reward_model_name_or_path={path!r} is set but 'reward_model' is not in reward_funcs {names}; add it "
+            f"reward_model_name_or_path={path!r} is set but no reward-model reward ("
+            f"{' or '.join(repr(name) for name in REWARD_MODEL_REWARDS)}) is in reward_funcs {names}; add one "
             "(or drop the path)"
         )
 
@@ -194,6 +261,7 @@ def build_reward_funcs(script_args, training_args, tokenizer) -> list[Callable]:
 
 __all__ = [
     "REWARDS",
+    "REWARD_MODEL_REWARDS",
     "REWARD_MODEL_TYPES",
     "RewardEntry",
     "RewardSpecError",

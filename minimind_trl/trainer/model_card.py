@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ..rewards.registry import REWARD_MODEL_REWARDS
+
 # (setting, upstream flag, upstream's value) -- MiniMind's train_grpo.py defaults; tests check them against
 # MiniMindGRPOConfig's defaults so the two cannot drift apart.
 UPSTREAM_SETTINGS = (
@@ -122,7 +124,7 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
     lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
     weights = card.reward_weights or [1.0] * len(card.reward_funcs)
     for name, weight in zip(card.reward_funcs, weights):
-        shown = f"{name} (`{card.reward_model}`)" if name == "reward_model" and card.reward_model else name
+        shown = f"{name} (`{card.reward_model}`)" if name in REWARD_MODEL_REWARDS and card.reward_model else name
         lines.append(f"| {shown} | {_fmt(float(weight))} |")
 
     metrics = final_metrics(log_history)

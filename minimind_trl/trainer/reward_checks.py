@@ -39,8 +39,8 @@ def check_trainer_arguments(model, reward_funcs) -> None:
         if isinstance(func, str) and func in REWARDS:
             raise TypeError(
                 f"reward_funcs: {func!r} is the name of a built-in reward of `minimind-trl grpo` recipes; the trainer "
-                f"takes functions: pass e.g. `from minimind_trl.rewards import {func}_reward` (a string here is a "
-                "reward-model path or Hub id)"
+                f"takes functions: pass e.g. `from minimind_trl.rewards import {REWARDS[func].python}` (a string here "
+                "is a reward-model path or Hub id)"
             )
         if isinstance(func, str) and _missing_local_path(func):
             raise RewardSpecError(

@@ -47,7 +47,8 @@ def test_import_spec_forms():
     [
         ([], None, "reward_funcs is empty"),
         (["format", "format"], None, "lists a reward twice"),
-        (["format"], "some/reward-model", "is set but 'reward_model' is not in reward_funcs"),
+        (["format"], "some/reward-model", r"is set but no reward-model reward \('reward_model' or"),
+        (["format", "reward_model"], None, "reward_funcs includes 'reward_model' but reward_model_name_or_path is not"),
     ],
 )
 def test_bad_specs(reward_funcs, reward_model, message):
