@@ -15,8 +15,8 @@ MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
 `answer` column. Differences from upstream, on purpose:
 
 * `roles="data"` uses the roles written in the file instead of positions (newer MiniMind data carries them);
-* `system_prompt` adds an explicit system turn (upstream never does; MiniMind-3's loader adds a random one
-  for 20% of rows, and randomly toggles thinking, which we do not reproduce);
+* `system_prompt` adds an explicit system turn (upstream never does; MiniMind-3's random system prompt for 20% of
+  rows and its per-prompt `open_thinking` are `minimind_trl.prompt_rendering`, applied when the trainer reads a row);
 * a conversation needs at least two turns (upstream would train on a prompt with no user turn);
 * bad rows are errors that name the file and line, never dropped silently (`skip_bad_rows=True` skips
   them and logs how many and where).

@@ -4,23 +4,35 @@ Runs after the run plan (`run_plan.check_run`), so everything here may load: not
 """
 
 from ..data import load_rlaif_dataset
+from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
 from ..trainer.model_card import RunCard, upstream_settings
 from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
 from .recipe import Recipe
-from .run_plan import RunPlan, check_enough_prompts, check_run
+from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering
 
 
 def load_train_dataset(script_args, training_args):
     """The RLAIF prompts of `dataset_name` (the main process reads first, the others hit the cache)."""
     with training_args.main_process_first(desc="loading the RLAIF data"):
         dataset = load_rlaif_dataset(
-            script_args.dataset_name, split=script_args.dataset_train_split, data_files=script_args.dataset_data_files
+            script_args.dataset_name,
+            split=script_args.dataset_train_split,
+            data_files=script_args.dataset_data_files,
+            roles=script_args.dataset_roles,
         )
     if script_args.dataset_max_samples is not None:
         dataset = dataset.select(range(min(script_args.dataset_max_samples, len(dataset))))
     return dataset
+
+
+def render_per_prompt(dataset, tokenizer, script_args, training_args):
+    """`dataset` with each prompt rendered per row (MiniMind-3's `thinking_ratio`/system prompts), or unchanged."""
+    rendering = prompt_rendering(script_args, training_args)
+    if not rendering.per_prompt:
+        return dataset
+    return with_rendered_prompts(dataset, tokenizer, rendering, training_args.chat_template_kwargs)
 
 
 def run_card(script_args, training_args, model_args, base_model: str, recipe: Recipe, lora: bool) -> RunCard:
@@ -52,6 +64,7 @@ def build_from_plan(
     check_enough_prompts(dataset, training_args, script_args.dataset_name if train_dataset is None else None)
     policy = resolve_policy(model_args, script_args, training_args)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
+    dataset = render_per_prompt(dataset, tokenizer, script_args, training_args)
     reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
     peft_config = lora_config(model_args)
@@ -80,4 +93,4 @@ def build_trainer(
     return build_from_plan(plan, script_args, training_args, model_args, callbacks, recipe, train_dataset)
 
 
-__all__ = ["build_from_plan", "build_trainer", "load_train_dataset", "run_card"]
+__all__ = ["build_from_plan", "build_trainer", "load_train_dataset", "render_per_prompt", "run_card"]

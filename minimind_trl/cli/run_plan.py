@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import RecipeError
 from ..loading_utils import import_object
+from ..prompt_rendering import PromptRendering, check_rendering_settings
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
 from ..trainer.run_safety import (
@@ -90,6 +91,15 @@ def load_callbacks(specs: list[str] | None) -> list:
     return [import_object(spec, "callback", RecipeError, form="package.module:ClassName")() for spec in specs or []]
 
 
+def prompt_rendering(script_args, training_args) -> PromptRendering:
+    """MiniMind-3's per-prompt choices of the recipe (`thinking_ratio`, `system_prompt_ratio`), keyed on `seed`."""
+    return PromptRendering(
+        thinking_ratio=script_args.thinking_ratio,
+        system_prompt_ratio=script_args.system_prompt_ratio,
+        seed=training_args.seed,
+    )
+
+
 @dataclass
 class RunPlan:
     """What the checks established, for the building stage that follows."""
@@ -105,6 +115,7 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     if check_data:
         check_dataset_source(script_args.dataset_name, script_args.dataset_config)
     check_reward_specs(script_args, training_args)
+    check_rendering_settings(prompt_rendering(script_args, training_args), training_args)
     check_reporting(training_args.report_to)
     if training_args.save_native_pth and model_args.use_peft:
         raise RecipeError(
@@ -144,4 +155,5 @@ __all__ = [
     "disable_hub_telemetry",
     "local_sources_only",
     "looks_like_hub_dataset",
+    "prompt_rendering",
 ]

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from trl import ScriptArguments
 
+from ..data import ROLE_MODES
+from ..prompt_rendering import check_ratio
 from ..rewards.registry import REWARD_MODEL_TYPES, REWARDS
 
 
@@ -32,10 +34,11 @@ class GRPOScriptArguments(ScriptArguments):
             that occurs exactly once), `reward_model` (the reward model at `reward_model_name_or_path`, scored the
             upstream's way), or any importable `package.module:function` (also `package.module.function`) taking TRL's
             reward-function arguments. Seed `--reasoning 1`: `[format, tag_count, reward_model]`; `--reasoning 0`:
-            `[reward_model]`.
+            `[reward_model]`. MiniMind-3 (d65ef2c): `[length, thinking_length, think_close_count, repetition_penalty,
+            answer_reward_model]` (docs/minimind3-rewards.md).
         reward_model_name_or_path (`str`, *optional*):
-            Folder or Hub id of the reward model used by `reward_model`. Upstream: `--reward_model_path`
-            (`internlm2-1_8b-reward`).
+            Folder or Hub id of the reward model used by `reward_model` or `answer_reward_model`. Upstream:
+            `--reward_model_path` (`internlm2-1_8b-reward`).
         reward_model_type (`str`, defaults to `"auto"`):
             `internlm2` (InternLM2's reward head, loaded natively, no remote code), `sequence_classification`
             (any `AutoModelForSequenceClassification` with one label) or `auto` (decided from `config.json`).
@@ -43,7 +46,19 @@ class GRPOScriptArguments(ScriptArguments):
             Seed `--reasoning`: the reward-model term also scores the text inside `<answer>…</answer>` and blends
             `0.4 * full + 0.6 * answer`. It does not add rule rewards by itself; list them in `reward_funcs`.
         reward_model_clip (`float`, defaults to `3.0`):
-            Reward-model scores are clipped to `[-clip, clip]` (upstream's `scale = 3.0`).
+            Reward-model scores are clipped to `[-clip, clip]` (upstream's `scale = 3.0`; MiniMind-3 clips to 3 too).
+        dataset_roles (`str`, defaults to `"position"`):
+            How turns get their roles: `position` (MiniMind2's RLAIFDataset: user, assistant, user, ...) or `data`
+            (each turn's `role` field, as MiniMind-3's data carries them, system turns included).
+        thinking_ratio (`float`, *optional*):
+            MiniMind-3 `--thinking_ratio` (upstream default 0.9): each prompt is rendered with the chat template's
+            `open_thinking=True` with this probability, else with `open_thinking=False` (the closed empty thought).
+            The choice is keyed on (`seed`, epoch, row), so a resumed run renders every prompt as the uninterrupted
+            one; the prompts then reach TRL and the reward functions as rendered text. Needs a template that reads
+            `open_thinking` (MiniMind-3's). `None` (default, MiniMind2): no choice, TRL renders the messages.
+        system_prompt_ratio (`float`, defaults to `0.0`):
+            MiniMind-3's `pre_processing_chat`: the share (upstream 0.2) of prompts without a system turn that get
+            one of its ten system prompts, chosen per prompt like `thinking_ratio`. 0 (default, MiniMind2): none.
         tokenizer_name_or_path (`str`, *optional*):
             Tokenizer folder or Hub id. Required when `model_name_or_path` is a native MiniMind `.pth`, which
             carries no tokenizer; defaults to the model folder otherwise.
@@ -67,7 +82,8 @@ class GRPOScriptArguments(ScriptArguments):
         },
     )
     reward_model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Reward model folder or Hub id for the `reward_model` reward."}
+        default=None,
+        metadata={"help": "Reward model folder or Hub id for the `reward_model` or `answer_reward_model` reward."},
     )
     reward_model_type: str = field(
         default="auto",
@@ -80,6 +96,24 @@ class GRPOScriptArguments(ScriptArguments):
         },
     )
     reward_model_clip: float = field(default=3.0, metadata={"help": "Clip reward-model scores to [-clip, clip]."})
+    dataset_roles: str = field(
+        default="position",
+        metadata={
+            "help": "Turn roles: by position (MiniMind2) or from each turn's role field.",
+            "choices": list(ROLE_MODES),
+        },
+    )
+    thinking_ratio: float | None = field(
+        default=None,
+        metadata={
+            "help": "MiniMind-3 --thinking_ratio: probability of rendering a prompt with open_thinking=True (0..1); "
+            "None: TRL renders the messages."
+        },
+    )
+    system_prompt_ratio: float = field(
+        default=0.0,
+        metadata={"help": "MiniMind-3: share of prompts without a system turn given a random system prompt (0..1)."},
+    )
     dataset_data_files: str | None = field(
         default=None, metadata={"help": "File(s) of a folder or Hub dataset to read (e.g. rlaif-mini.jsonl)."}
     )
@@ -104,6 +138,11 @@ class GRPOScriptArguments(ScriptArguments):
     def __post_init__(self):
         if self.reward_model_type not in REWARD_MODEL_TYPES:
             raise ValueError(f"reward_model_type must be one of {REWARD_MODEL_TYPES}, got {self.reward_model_type!r}")
+        if self.dataset_roles not in ROLE_MODES:
+            raise ValueError(f"dataset_roles must be one of {ROLE_MODES}, got {self.dataset_roles!r}")
+        if self.thinking_ratio is not None:
+            check_ratio("thinking_ratio", self.thinking_ratio)
+        check_ratio("system_prompt_ratio", self.system_prompt_ratio)
         if self.reward_model_clip <= 0:
             raise ValueError(f"reward_model_clip must be positive, got {self.reward_model_clip}")
         if self.dataset_max_samples is not None and self.dataset_max_samples < 1:

@@ -26,6 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from ..prompt_rendering import prompt_renderer
 from .advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
 from .checkpointing import (
     RUN_INFO_NAME,
@@ -319,6 +320,9 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     def _run_epoch(self, *args, epoch, **kwargs):
         if self._epoch_sampler is not None:
             self._epoch_sampler.epoch = epoch
+        renderer = prompt_renderer(self.train_dataset)  # MiniMind-3's per-prompt choices are keyed on the epoch
+        if renderer is not None:
+            renderer.set_epoch(epoch)
         return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
