@@ -7,7 +7,7 @@ from ..data import load_rlaif_dataset
 from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
-from ..trainer.model_card import RunCard, upstream_settings
+from ..trainer.model_card import RunCard, upstream_settings, upstream_title
 from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
 from .recipe import Recipe
 from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering
@@ -52,6 +52,7 @@ def run_card(script_args, training_args, model_args, base_model: str, recipe: Re
             else None
         ),
         settings=upstream_settings(training_args, script_args),
+        upstream=upstream_title(training_args),
     )
 
 

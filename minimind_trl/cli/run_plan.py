@@ -2,14 +2,17 @@
 
 Recipe keys were checked when parsing; here the policy and data locations, reward names, imports and the reward
 model's `config.json`, logging integrations, option combinations, the resume checkpoint and its batch geometry
-and the callbacks. The result, `RunPlan`, is what the building stage needs; nothing after it checks again.
+and the callbacks, and where a recipe that declares `upstream: <generation>` departs from that generation. The
+result, `RunPlan`, is what the building stage needs; nothing after it checks again.
 """
 
+import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import RecipeError
+from ..generations import deviations, format_value, get_generation
 from ..loading_utils import import_object
 from ..prompt_rendering import PromptRendering, check_rendering_settings
 from ..rewards.registry import check_reward_specs
@@ -22,6 +25,8 @@ from ..trainer.run_safety import (
     check_writable,
 )
 from .policy import check_model_source
+
+logger = logging.getLogger(__name__)
 
 DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
 REPORTING_EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab", "trackio": "trackio"}
@@ -100,12 +105,25 @@ def prompt_rendering(script_args, training_args) -> PromptRendering:
     )
 
 
+def upstream_departures(script_args, training_args) -> list[str]:
+    """Where a run that declares `upstream: <generation>` departs from that generation's record, one line per
+    setting (empty when it declares none: the defaults' generation is then only the model card's reference)."""
+    if training_args.upstream is None:
+        return []
+    generation = get_generation(training_args.upstream)
+    return [
+        f"{row.name}: {format_value(row.run_value)} (upstream {format_value(row.upstream_value)}, {row.flag})"
+        for row in deviations(generation, training_args, script_args)
+    ]
+
+
 @dataclass
 class RunPlan:
     """What the checks established, for the building stage that follows."""
 
     resume_from_checkpoint: str | None
     callbacks: list
+    upstream_departures: list[str] = field(default_factory=list)
 
 
 def check_run(script_args, training_args, model_args, check_data: bool = True) -> RunPlan:
@@ -144,7 +162,13 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     check_generation_alignment(training_args)
     if local_sources_only(script_args, model_args):  # nothing here needs the Hub: no usage ping either
         disable_hub_telemetry()
-    return RunPlan(resume, load_callbacks(script_args.callbacks))
+    departures = upstream_departures(script_args, training_args)
+    if departures:
+        title = get_generation(training_args.upstream).title
+        logger.warning(
+            "this run follows %s except in %d setting(s):\n  %s", title, len(departures), "\n  ".join(departures)
+        )
+    return RunPlan(resume, load_callbacks(script_args.callbacks), departures)
 
 
 __all__ = [
@@ -156,4 +180,5 @@ __all__ = [
     "local_sources_only",
     "looks_like_hub_dataset",
     "prompt_rendering",
+    "upstream_departures",
 ]

@@ -1,15 +1,23 @@
-"""MiniMind's GRPO advantages: a per-group z-score, clamped, then re-normalised over the batch.
+"""GRPO advantage estimators: a registry of pure functions, and MiniMind's two generations of them.
 
-For N = B * G rewards (B prompts, G completions each, a prompt's completions adjacent) upstream computes
+`register_adv_est(name)` adds an estimator (a function of `AdvantageInputs` returning one advantage per row);
+`advantage_estimator: <name>` picks it. `"trl"` is not in the registry: it keeps TRL's own advantages
+(`scale_rewards`, `multi_objective_aggregation`). Registered here:
+
+* `"minimind"`: the seed's (MiniMind2, fea69cf) double normalisation, below;
+* `"group_zscore"`: MiniMind-3's (d65ef2c), `(r - mean) / (std(unbiased=False) + 1e-4)` per group, no clamp, no
+  batch step (`group_zscore(..., unbiased=False, clamp=None)`).
+
+For N = B * G rewards (B prompts, G completions each, a prompt's completions adjacent) the seed computes
 
     a_i = clamp((r_i - mean_g) / (std_g + 1e-4), -10, 10)        # per group g, unbiased std
     A_i = (a_i - mean(a)) / (std(a) + 1e-8)                       # over the batch, unbiased std
 
-Two stages are exposed because TRL scores the batch gathered from every process while upstream
-normalised the second stage on each rank: the trainer runs `group_zscore` on the gathered rewards and
-`batch_renormalize` on its own slice. `minimind_advantages` is both stages on one process's batch.
+TRL scores the batch gathered from every process while upstream normalised the second stage on each rank, so
+`minimind_estimator` runs `group_zscore` on the gathered rewards and `batch_renormalize` on each process's
+slice. `minimind_advantages` is both stages on one process's batch.
 
-Beyond upstream:
+Beyond upstream (both generations):
 * A group without spread (its scorable rewards all equal, max == min) gets advantage exactly 0 from both
   stages. Upstream means that too, but in float32 the mean of G copies of a non-representable value (0.1,
   2.1) is often one rounding step off, so its z-score is ~1e-4 instead of 0, and when every group of the batch
@@ -22,6 +30,9 @@ Beyond upstream:
 A batch of equal stage-one values gives 0 (0 / 1e-8). On NaN-free input whose groups all have spread the
 operations are upstream's, in upstream's order.
 """
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -56,9 +67,12 @@ def zero_spread_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tenso
     return no_spread.expand_as(grouped).reshape(-1)
 
 
-def group_zscore(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Stage one: per group of `num_generations` adjacent rewards, (r - mean) / (std + 1e-4) clamped to +-10;
-    exactly 0 for the rows of groups without spread (`zero_spread_rows`).
+def group_zscore(
+    rewards: torch.Tensor, num_generations: int, *, unbiased: bool = True, clamp: float | None = CLAMP
+) -> torch.Tensor:
+    """Stage one: per group of `num_generations` adjacent rewards, (r - mean) / (std + 1e-4) clamped to +-clamp;
+    exactly 0 for the rows of groups without spread (`zero_spread_rows`). The defaults are the seed's (unbiased
+    std, clamp 10); MiniMind-3 takes the population std (`unbiased=False`) and no clamp (`clamp=None`).
 
     Returns a flat tensor; rows whose reward is NaN stay NaN so the next stage can leave them out.
     """
@@ -74,9 +88,12 @@ def group_zscore(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     masked_mean = torch.where(scorable, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
     mean = torch.where(complete, grouped.mean(dim=1, keepdim=True), masked_mean)
     squared = torch.where(scorable, (grouped - masked_mean) ** 2, 0.0).sum(dim=1, keepdim=True)
-    masked_std = torch.where(count > 1, (squared / (count - 1).clamp(min=1)).sqrt(), 0.0)
-    std = torch.where(complete, grouped.std(dim=1, keepdim=True), masked_std)
-    advantages = torch.clamp((grouped - mean) / (std + GROUP_STD_EPS), -CLAMP, CLAMP)
+    divisor = (count - 1).clamp(min=1) if unbiased else count.clamp(min=1)
+    masked_std = torch.where(count > 1, (squared / divisor).sqrt(), 0.0)
+    std = torch.where(complete, grouped.std(dim=1, keepdim=True, correction=1 if unbiased else 0), masked_std)
+    advantages = (grouped - mean) / (std + GROUP_STD_EPS)
+    if clamp is not None:
+        advantages = torch.clamp(advantages, -clamp, clamp)
     # no spread: exactly 0, whatever rounding did to the mean; NaN rows stay NaN (NaN - mean) for the next stage
     advantages = torch.where(no_spread & scorable, 0.0, advantages)
     return advantages.reshape(-1)
@@ -124,4 +141,79 @@ def minimind_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Te
     return batch_renormalize(stage_one, zero_spread_rows(rewards, num_generations)).view(shape)
 
 
-__all__ = ["minimind_advantages", "group_zscore", "batch_renormalize", "zero_spread_rows"]
+# --------------------------------------------------------------------------- the registry
+
+TRL_ADVANTAGES = "trl"  # TRL's own advantages: not a registered function, TRL computes them
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator sees: the generation batch gathered from every process.
+
+    `rewards` (N,): the weighted sum of the reward functions per completion, NaN where no function could score it
+    (the trainer gives those rows advantage 0 whatever the estimator returns); a prompt's `num_generations`
+    completions are adjacent. `process_rows`: how many rows each process holds (the batch is the processes'
+    slices in order), for estimators that normalise per process as the seed did; others ignore it.
+    """
+
+    rewards: torch.Tensor
+    num_generations: int
+    process_rows: int
+
+
+AdvantageEstimator = Callable[[AdvantageInputs], torch.Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+
+
+def register_adv_est(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
+    """Decorator: register `fn(inputs: AdvantageInputs) -> Tensor (N,)` as `advantage_estimator: <name>`."""
+
+    def register(fn: AdvantageEstimator) -> AdvantageEstimator:
+        if name == TRL_ADVANTAGES:
+            raise ValueError(f"advantage estimator name {name!r} is reserved for TRL's own advantages")
+        if ADVANTAGE_ESTIMATORS.get(name, fn) is not fn:
+            raise ValueError(f"advantage estimator {name!r} is already registered ({ADVANTAGE_ESTIMATORS[name]})")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return register
+
+
+def get_adv_estimator(name: str) -> AdvantageEstimator:
+    if name not in ADVANTAGE_ESTIMATORS:
+        known = ", ".join([TRL_ADVANTAGES, *ADVANTAGE_ESTIMATORS])
+        raise ValueError(f"unknown advantage_estimator {name!r}; registered: {known}")
+    return ADVANTAGE_ESTIMATORS[name]
+
+
+@register_adv_est("minimind")
+def minimind_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """The seed's advantages: group z-scores over the gathered batch (a group may span processes), then the batch
+    re-normalisation over each process's own rows, as upstream normalised per rank."""
+    stage_one = group_zscore(inputs.rewards, inputs.num_generations)
+    no_spread = zero_spread_rows(inputs.rewards, inputs.num_generations)
+    pieces = zip(stage_one.split(inputs.process_rows), no_spread.split(inputs.process_rows), strict=True)
+    return torch.cat([batch_renormalize(advantages, zero_rows) for advantages, zero_rows in pieces])
+
+
+@register_adv_est("group_zscore")
+def group_zscore_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """MiniMind-3's advantages: `(r - mean) / (std(unbiased=False) + 1e-4)` per group; no clamp, no batch step.
+    Groups without spread get exactly 0 (upstream's arithmetic may leave ~1e-5 of rounding there)."""
+    advantages = group_zscore(inputs.rewards, inputs.num_generations, unbiased=False, clamp=None)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "TRL_ADVANTAGES",
+    "AdvantageInputs",
+    "batch_renormalize",
+    "get_adv_estimator",
+    "group_zscore",
+    "group_zscore_estimator",
+    "minimind_advantages",
+    "minimind_estimator",
+    "register_adv_est",
+    "zero_spread_rows",
+]

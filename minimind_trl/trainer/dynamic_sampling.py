@@ -5,7 +5,8 @@ is most groups. With `dynamic_sampling: true` the trainer generates further roun
 for prompts drawn at random from the training set, until every group slot of the batch holds a group with spread
 or `max_resample_rounds` rounds were spent. A slot keeps the first group with spread drawn at its own position
 (same rows on the same processes, so nothing moves between processes); a slot still without spread after the cap
-keeps its first group, with advantage 0 as without dynamic sampling.
+keeps its first group, with advantage 0 as without dynamic sampling. The merged batch's advantages are the
+configured estimator's, on the kept groups' rewards.
 
 The refill prompts depend only on `seed`, the optimizer step and the generation's index within it, so a resumed
 run draws exactly what the uninterrupted run drew.
@@ -16,7 +17,7 @@ import zlib
 import torch
 
 from ..errors import RecipeError
-from .advantages import batch_renormalize
+from .advantages import zero_spread_rows
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")  # left-padded
 COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps")  # right
@@ -75,7 +76,7 @@ def merge_rounds(outputs: list[dict], row_round: torch.Tensor, pad_token_id: int
 def refill(trainer, inputs) -> tuple[dict, torch.Tensor]:
     """`trainer`'s generation batch for `inputs` (this process's rows) with its groups without spread replaced,
     and, per gathered row, the round it comes from. `trainer._scored` gives each round's local output and gathered
-    (stage one, no-spread rows); every process runs the same rounds, decided on the gathered rewards."""
+    rewards; every process runs the same rounds, decided on the gathered rewards."""
     if not hasattr(trainer.train_dataset, "__len__"):
         raise RecipeError("dynamic_sampling draws refill prompts by index: it needs a map-style train_dataset")
     num_local, num_generations = len(inputs), trainer.num_generations
@@ -86,22 +87,24 @@ def refill(trainer, inputs) -> tuple[dict, torch.Tensor]:
         trainer._refill_step, trainer._refill_count = step, 0
     key, trainer._refill_count = (step, trainer._refill_count), trainer._refill_count + 1
 
+    def no_spread_groups_of(rewards):
+        return zero_spread_rows(rewards, num_generations).view(-1, num_generations)[:, 0]
+
     rounds = [trainer._scored(inputs, "train")]
-    no_spread_groups = [rounds[0][1][1].view(-1, num_generations)[:, 0]]
+    no_spread_groups = [no_spread_groups_of(rounds[0][1])]
     pending = no_spread_groups[0].clone()
     while bool(pending.any()) and len(rounds) <= trainer.args.max_resample_rounds:
         round_key = (*key, len(rounds))
         rows = refill_rows(trainer.train_dataset, num_groups, num_generations, local, trainer.args.seed, round_key)
         rounds.append(trainer._scored(rows, "train"))
-        no_spread_groups.append(rounds[-1][1][1].view(-1, num_generations)[:, 0])
+        no_spread_groups.append(no_spread_groups_of(rounds[-1][1]))
         pending &= no_spread_groups[-1]
 
     row_round = choose_rounds(no_spread_groups).repeat_interleave(num_generations)
     everyone = torch.arange(row_round.numel(), device=row_round.device)
-    stage_one = torch.stack([stages[0] for _, stages in rounds])[row_round, everyone]
-    no_spread = torch.stack([stages[1] for _, stages in rounds])[row_round, everyone]
+    rewards = torch.stack([round_rewards for _, round_rewards in rounds])[row_round, everyone]
     output = merge_rounds([out for out, _ in rounds], row_round[local], trainer._tokenizer.pad_token_id)
-    output["advantages"] = batch_renormalize(stage_one[local], no_spread[local])
+    output["advantages"] = trainer._advantages(rewards, "train")[local]
     output["num_items_in_batch"] = trainer.accelerator.gather(output["completion_mask"].sum()).sum()
     metrics = trainer._metrics["train"]
     metrics["dynamic_sampling/zero_spread_before"].append(no_spread_groups[0].float().mean().item())

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..errors import RecipeError
-
-ADVANTAGE_ESTIMATORS = ("minimind", "trl")
+from ..generations import get_generation, render_generations_table
+from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
+from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION
+from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
 
 
 @dataclass
@@ -29,10 +31,24 @@ class MiniMindGRPOConfig(GRPOConfig):
             the generation prompt `<|im_start|>assistant\n` survives). Upstream: `--max_seq_len 66`. `None` keeps
             whole prompts. TRL 1.16 itself has no prompt truncation.
         advantage_estimator (`str`, *optional*, defaults to `"minimind"`):
-            `"minimind"`: upstream's advantages (see [`minimind_advantages`]): per-group z-score with the unbiased
-            std + 1e-4, clamped to [-10, 10], then re-normalised over the process-local generation batch.
-            `scale_rewards` and `multi_objective_aggregation` must keep their defaults then, since they would
-            have no effect. `"trl"`: TRL's own advantages (`scale_rewards`, `multi_objective_aggregation`).
+            An estimator registered with `register_adv_est` (`minimind_trl.trainer.advantages`), or `"trl"`: TRL's
+            own advantages (`scale_rewards`, `multi_objective_aggregation`). `"minimind"`: the seed's (see
+            [`minimind_advantages`]): per-group z-score with the unbiased std + 1e-4, clamped to [-10, 10], then
+            re-normalised over the process-local generation batch. `"group_zscore"`: MiniMind-3's, the per-group
+            z-score with the population std + 1e-4, no clamp, no batch step. With a registered estimator
+            `scale_rewards` and `multi_objective_aggregation` must keep their defaults, since they would have no
+            effect.
+        loss_aggregation (`str` or `None`, *optional*, defaults to `None`):
+            For a registered `loss_type`, how its per-token losses become the loss (a mode of
+            `minimind_trl.trainer.loss_aggregation`): `"seq-mean-token-mean"` (`None`; upstream's, both generations:
+            each completion's masked token mean, then the mean), `"token-mean"` (TRL's `dapo`/`cispo`: over the
+            tokens of the accumulated batch), `"local-token-mean"` (`bnpo`), `"seq-mean-token-sum-norm"`
+            (`dr_grpo`), `"seq-mean-token-sum"` (`luspo`). TRL's loss types aggregate their own way: leave it unset.
+        upstream (`str` or `None`, *optional*, defaults to `None`):
+            The upstream generation the run follows (`minimind_trl.generations`: `"minimind2"`, `"minimind3"`). It
+            sets no value itself: the model card's parity table compares the run against it (`None`: against
+            `minimind2`, whose defaults these are) and `minimind-trl grpo` lists where a recipe setting it departs
+            from that generation.
         tempered_logprobs (`bool`, *optional*, defaults to `False`):
             Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: upstream
             samples at 0.8 but scores with untempered logits.
@@ -90,9 +106,17 @@ class MiniMindGRPOConfig(GRPOConfig):
             generation default `top_k=50` (`top_p=1.0`, which is also TRL's default). TRL's default is `0`
             (disabled); set `top_k: 0` for plain temperature sampling.
         beta (`float`, defaults to `0.02`): seed `--beta`, the weight of the k3 KL to the frozen reference.
-        loss_type (`str`, defaults to `"grpo"`): upstream's aggregation, the mean over completions of the
-            masked token mean, divided by the accumulation steps. Any TRL loss type can be used with upstream's
-            advantages (e.g. `"dapo"` sums token losses over the batch's completion tokens instead).
+        loss_type (`str`, defaults to `"grpo"`): one of TRL's loss types (computed by TRL's own code) or a policy
+            loss registered with `register_policy_loss` (`minimind_trl.trainer.policy_losses`, aggregated with
+            `loss_aggregation`). The seed's is TRL's `"grpo"`: the mean over completions of the masked token mean,
+            divided by the accumulation steps (with ratio 1 its clipping never binds). MiniMind-3's are
+            `"minimind3_cispo"` (its default) and `"minimind3_grpo"`. Which arithmetic a name gives:
+            `"cispo"` (TRL): `-clamp(ratio, max=epsilon_high).detach() * A * logp` summed over the tokens of the
+            accumulated batch and divided by their count (like `"dapo"`); `"minimind3_cispo"`: the same token term,
+            averaged per completion first (upstream's, `loss_aggregation`); `"grpo"` (TRL): the ratio clipped to
+            [1 - epsilon, 1 + epsilon_high], per completion; `"minimind3_grpo"`: clipped to [1 - epsilon, 1 +
+            epsilon] (upstream's `epsilon_high` is CISPO's cap only), per completion. Every loss adds
+            `beta` x the k3 KL. Any loss type can be used with any advantage estimator.
         num_iterations (`int`, defaults to `1`): one optimisation pass per generation, so the PPO ratio is
             exactly 1 in value and its clipping never binds (upstream has no clipping).
         use_bias_correction_kl (`bool`, defaults to `False`): upstream's KL carries no importance-sampling weight.
@@ -117,10 +141,25 @@ class MiniMindGRPOConfig(GRPOConfig):
     advantage_estimator: str = field(
         default="minimind",
         metadata={
-            "help": "'minimind': upstream's double-normalised advantages (group z-score with unbiased std + 1e-4, "
-            "clamp to [-10, 10], then re-normalised over the process-local batch). 'trl': TRL's advantages "
-            "(`scale_rewards`, `multi_objective_aggregation`).",
-            "choices": list(ADVANTAGE_ESTIMATORS),
+            "help": "A registered advantage estimator or 'trl' (TRL's, with `scale_rewards` and "
+            "`multi_objective_aggregation`). 'minimind': the seed's double-normalised advantages (group z-score with "
+            "unbiased std + 1e-4, clamp to [-10, 10], then re-normalised over the process-local batch); "
+            "'group_zscore': MiniMind-3's (group z-score with the population std + 1e-4, nothing else)."
+        },
+    )
+    loss_aggregation: str | None = field(
+        default=None,
+        metadata={
+            "help": "For a registered loss_type: 'seq-mean-token-mean' (None; upstream's per-completion mean), "
+            "'token-mean', 'local-token-mean', 'seq-mean-token-sum-norm' or 'seq-mean-token-sum'. TRL's loss "
+            "types aggregate their own way."
+        },
+    )
+    upstream: str | None = field(
+        default=None,
+        metadata={
+            "help": "The upstream generation the run follows ('minimind2', 'minimind3'): the model card compares "
+            "against it and `minimind-trl grpo` lists the recipe's departures from it. Sets no value."
         },
     )
     tempered_logprobs: bool = field(
@@ -217,7 +256,11 @@ class MiniMindGRPOConfig(GRPOConfig):
     beta: float = field(default=0.02, metadata={"help": "Weight of the k3 KL to the reference model (upstream: 0.02)."})
     loss_type: str = field(
         default="grpo",
-        metadata={"help": "Loss aggregation; 'grpo' is upstream's (mean over completions of the masked token mean)."},
+        metadata={
+            "help": "A TRL loss type ('grpo': the seed's, mean over completions of the masked token mean; 'dapo', "
+            "'cispo', ...) or a registered policy loss ('minimind3_cispo', 'minimind3_grpo': MiniMind-3's, "
+            "aggregated per completion)."
+        },
     )
     use_bias_correction_kl: bool = field(
         default=False, metadata={"help": "Weight the KL by the importance-sampling ratio (upstream does not)."}
@@ -248,28 +291,48 @@ class MiniMindGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."
             )
-        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(
-                f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
-            )
-        if self.advantage_estimator == "minimind":
+        estimators = (TRL_ADVANTAGES, *ADVANTAGE_ESTIMATORS)
+        if self.advantage_estimator not in estimators:
+            raise ValueError(f"advantage_estimator must be one of {estimators}, got {self.advantage_estimator!r}.")
+        if self.advantage_estimator != TRL_ADVANTAGES:
             if self.scale_rewards != "group":
                 raise ValueError(
-                    f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator='minimind' (the "
-                    "upstream's group z-score then batch re-normalisation). Use advantage_estimator='trl' for TRL's "
-                    "scaling."
+                    f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator="
+                    f"{self.advantage_estimator!r} (a registered estimator computes the advantages from the "
+                    "rewards). Use advantage_estimator='trl' for TRL's scaling."
                 )
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
                     f"multi_objective_aggregation={self.multi_objective_aggregation!r} has no effect with "
-                    "advantage_estimator='minimind', which normalises the weighted sum of the rewards. Use "
-                    "advantage_estimator='trl' for TRL's aggregation."
+                    f"advantage_estimator={self.advantage_estimator!r}, which normalises the weighted sum of the "
+                    "rewards. Use advantage_estimator='trl' for TRL's aggregation."
                 )
+        if self.loss_type not in TRL_LOSS_TYPES and self.loss_type not in POLICY_LOSSES:
+            raise ValueError(
+                f"loss_type must be one of TRL's {TRL_LOSS_TYPES} or a registered policy loss "
+                f"{tuple(POLICY_LOSSES)}, got {self.loss_type!r}."
+            )
+        if self.loss_aggregation is not None:
+            if self.loss_type in TRL_LOSS_TYPES:
+                raise ValueError(
+                    f"loss_aggregation={self.loss_aggregation!r} has no effect with TRL's loss_type "
+                    f"{self.loss_type!r}, which aggregates as {TRL_LOSS_AGGREGATION[self.loss_type]!r}; leave it unset "
+                    "(or pick a registered loss_type such as 'minimind3_cispo')."
+                )
+            if self.loss_aggregation not in LOSS_AGGREGATIONS:
+                raise ValueError(
+                    f"loss_aggregation must be one of {tuple(LOSS_AGGREGATIONS)}, got {self.loss_aggregation!r}."
+                )
+        problems = loss_option_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.upstream is not None:
+            get_generation(self.upstream)  # a ValueError naming the known generations
         if self.dynamic_sampling:
-            if self.advantage_estimator != "minimind":
+            if self.advantage_estimator == TRL_ADVANTAGES:
                 raise RecipeError(
-                    "dynamic_sampling needs advantage_estimator: minimind (it re-normalises the refilled batch "
-                    f"with MiniMind's advantages), got advantage_estimator: {self.advantage_estimator}"
+                    "dynamic_sampling needs a registered advantage_estimator (it computes the refilled batch's "
+                    "advantages itself, e.g. minimind or group_zscore), got advantage_estimator: trl"
                 )
             if self.use_vllm:
                 raise RecipeError("dynamic_sampling is not supported with use_vllm: true")
@@ -301,4 +364,9 @@ def _require_deepspeed_extra(args: MiniMindGRPOConfig) -> None:
         )
 
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "MiniMindGRPOConfig"]
+MiniMindGRPOConfig.__doc__ += f"""
+    > The upstream generations side by side (`minimind_trl.generations`; these defaults are MiniMind2's)
+
+{render_generations_table()}"""
+
+__all__ = ["MiniMindGRPOConfig"]

@@ -1,16 +1,19 @@
 """`MiniMindGRPOTrainer`: MiniMind's GRPO on TRL, the one trainer the CLI and Python users construct.
 
 The trainer is TRL's `GRPOTrainer` (generation, rewards, accelerate/DeepSpeed, PEFT, vLLM, logging and
-checkpoints stay TRL's) with upstream MiniMind's arithmetic where the two differ: the double-normalised
-advantages (`advantages`), log-probs scored at temperature 1 (`fast_logprobs`), the MoE load-balancing loss of
-the policy forward, and prompts cut to their last `max_prompt_length` tokens. Around training it adds what a run
+checkpoints stay TRL's) with upstream MiniMind's arithmetic where the two differ: advantages from a registered
+estimator (`advantages`), policy losses from a registered function and aggregation mode (`policy_losses`,
+`loss_aggregation`; TRL's own loss types run TRL's code), log-probs scored at temperature 1 (`fast_logprobs`),
+the MoE load-balancing loss of the policy forward, and prompts cut to their last `max_prompt_length` tokens. Around training it adds what a run
 needs to be trusted: checkpoints that appear only when complete, the prompt order of every epoch reproducible
 on resume (`checkpointing`), the run's model card section (`model_card`) and, with `save_native_pth`,
 upstream's native `.pth` at every save.
 
 Where to find upstream's `train_grpo.py` here: rollouts `_generate_single_turn` (sampler: `fast_sampling`),
-rewards `_calculate_rewards` (functions: `minimind_trl.rewards`), advantages `_minimind_advantages`, loss and
-k3 KL `_compute_loss` (TRL's `grpo` loss + the MoE aux loss), saving `_save_checkpoint`.
+rewards `_calculate_rewards` (functions: `minimind_trl.rewards`), advantages `_advantages` (on the rewards of
+`_scored`), loss and k3 KL `_compute_loss` (TRL's for its loss types, `_registered_policy_loss` for the
+registered ones such as MiniMind-3's, + the MoE aux loss), old log-probs `_old_per_token_logps`, saving
+`_save_checkpoint`.
 """
 
 import inspect
@@ -27,7 +30,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from ..prompt_rendering import prompt_renderer
-from .advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
+from .advantages import TRL_ADVANTAGES, AdvantageInputs, get_adv_estimator, minimind_advantages
 from .checkpointing import (
     RUN_INFO_NAME,
     STAGING_DIR,
@@ -42,22 +45,16 @@ from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
-from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings
+from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_aggregation
+from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings, upstream_title
+from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, get_policy_loss, k3_kl, upto_first_eos_mask
 from .trl_overrides import reference_copy, trl_init_overrides
 
 
-def _minimind_stages(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, num_generations: int):
-    """Stage one of MiniMind's advantages over the gathered batch, and its rows without spread. Rewards are TRL's
-    weighted sum; a row no reward function could score is NaN (left out, advantage 0)."""
-    weights = reward_weights.to(rewards_per_func.device)
-    rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return group_zscore(rewards, num_generations), zero_spread_rows(rewards, num_generations)
-
-
 class MiniMindGRPOTrainer(GRPOTrainer):
-    """TRL's `GRPOTrainer` computing MiniMind's GRPO: upstream's advantages, untempered log-probs, the MoE
-    load-balancing loss of the policy forward, prompts cut from the left and generation in eval mode.
+    """TRL's `GRPOTrainer` computing MiniMind's GRPO: upstream's advantages and losses (by name, from the
+    registries), untempered log-probs, the MoE load-balancing loss of the policy forward, prompts cut from the left
+    and generation in eval mode.
 
     Takes `GRPOTrainer`'s arguments; `args` must be a [`MiniMindGRPOConfig`]. `model` may be a path, a Hub id
     or an in-memory model; for the latter the frozen reference is a copy of the object itself. `run_card`
@@ -102,6 +99,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         if getattr(self.model.config, "model_type", None) == "minimind":
             self.aux_loss_enabled = False
         self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
+        self._registered_loss = args.loss_type not in TRL_LOSS_TYPES
         self._rewards_per_func = None
         self._past_eos_attended = False
         self._sampler = self._fast_sampler(args)
@@ -165,12 +163,11 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         if self.args.dynamic_sampling and mode == "train":
             output, row_round = self._dynamically_sampled(inputs)
         else:
-            output, stages = self._scored(inputs, mode)
-            if stages is not None:
-                local = self._local_rows(len(output["advantages"]))
-                output["advantages"] = batch_renormalize(stages[0][local], stages[1][local])
+            output, rewards = self._scored(inputs, mode)
+            if rewards is not None:
+                output["advantages"] = self._advantages(rewards, mode)[self._local_rows(len(output["advantages"]))]
         all_advantages = self.accelerator.gather(output["advantages"])
-        if self.args.advantage_estimator == "minimind":  # the completions table shows the advantages trained on
+        if self.args.advantage_estimator != TRL_ADVANTAGES:  # the completions table shows the advantages trained on
             values = all_advantages
             if row_round is not None:  # one table row per generated completion: NaN for the groups not kept
                 rounds = range(int(row_round.max()) + 1)
@@ -190,37 +187,54 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         return slice(start, start + num_local)
 
     def _scored(self, inputs, mode: str):
-        """TRL's generation and scoring; with MiniMind's advantages also the gathered stage one and zero-spread
-        rows (`_minimind_stages`), else None."""
+        """TRL's generation and scoring, and with a registered advantage estimator the gathered rewards its
+        advantages come from (`_weighted_rewards`), else None."""
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
-        if self.args.advantage_estimator != "minimind":
+        if self.args.advantage_estimator == TRL_ADVANTAGES:
             return output, None
         if rewards_per_func is None:
             raise RuntimeError("the rewards of this batch did not go through `_calculate_rewards`")
+        return output, self._weighted_rewards(rewards_per_func)
+
+    def _weighted_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """TRL's weighted sum of the reward functions per completion; NaN where no function could score it."""
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        return rewards
+
+    def _advantages(self, rewards: torch.Tensor, mode: str) -> torch.Tensor:
+        """The configured estimator's advantages for the gathered batch (`rewards` from `_weighted_rewards`); rows
+        no reward function could score get 0."""
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        return output, _minimind_stages(rewards_per_func, self.reward_weights, num_generations)
+        process_rows = rewards.numel() // self.accelerator.num_processes
+        estimator = self.args.advantage_estimator
+        advantages = get_adv_estimator(estimator)(AdvantageInputs(rewards, num_generations, process_rows))
+        if advantages.shape != rewards.shape:
+            raise ValueError(
+                f"advantage estimator {estimator!r} returned shape {tuple(advantages.shape)} for "
+                f"{tuple(rewards.shape)} rewards"
+            )
+        unscorable = torch.isnan(rewards)
+        if not torch.isfinite(advantages[~unscorable]).all():
+            raise ValueError(f"advantage estimator {estimator!r} returned a non-finite advantage for a scored row")
+        return torch.where(unscorable, 0.0, advantages).to(rewards.dtype)
 
     def _dynamically_sampled(self, inputs):
         """The generation batch with its groups without spread replaced (`dynamic_sampling.refill`)."""
         return refill(self, inputs)
 
-    def _minimind_advantages(self, rewards_per_func: torch.Tensor, num_local: int, mode: str) -> torch.Tensor:
-        """Upstream's advantages for this process: group z-scores over the gathered batch (a group may span
-        processes), batch re-normalisation over this process's slice (upstream normalised per rank)."""
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        stage_one, no_spread = _minimind_stages(rewards_per_func, self.reward_weights, num_generations)
-        start = self.accelerator.process_index * num_local
-        return batch_renormalize(stage_one[start : start + num_local], no_spread[start : start + num_local])
-
     # --- loss ------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss plus MiniMind's MoE load-balancing loss, read from the policy forward that made the log-probs."""
+        """The policy loss (TRL's for its loss types, else `_registered_policy_loss`) plus MiniMind's MoE
+        load-balancing loss, read from the policy forward that made the log-probs."""
+        policy_loss = self._registered_policy_loss if self._registered_loss else super()._compute_loss
         if not self._adds_model_aux_loss:
-            return super()._compute_loss(model, inputs)
+            return policy_loss(model, inputs)
         with self._captured_aux_losses() as aux_losses, self._attending_past_eos():
-            loss = super()._compute_loss(model, inputs)
+            loss = policy_loss(model, inputs)
         if not aux_losses:
             if getattr(self.model.config, "model_type", None) != "minimind":
                 return loss  # no MiniMind backbone: no aux loss to add or log
@@ -232,6 +246,72 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         loss = loss + self.args.moe_aux_loss_weight * aux_loss.to(loss.dtype) / normalizer
         self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
         return loss
+
+    def _registered_policy_loss(self, model, inputs):
+        """A registered `loss_type` on one micro-batch: the policy's log-probs, the completion mask through the first
+        EOS, the per-token loss of the registered function, `beta` x k3 KL, then `loss_aggregation`'s scalar."""
+        if any(key in inputs for key in ("pixel_values", "image_grid_thw", "num_images", "token_type_ids")):
+            raise ValueError(f"loss_type {self.loss_type!r} (a registered policy loss) supports text-only batches")
+        completion_ids = inputs["completion_ids"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
+        mask = self._loss_mask(inputs)
+        old_per_token_logps = self._old_per_token_logps(inputs, per_token_logps)
+        advantages = inputs["advantages"]
+        batch = PolicyLossInputs(
+            per_token_logps=per_token_logps,
+            old_per_token_logps=old_per_token_logps,
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+            mask=mask,
+            epsilon=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+        )
+        per_token_loss = get_policy_loss(self.loss_type)(batch)
+        if "importance_sampling_ratio" in inputs:  # TRL's vLLM correction, applied as TRL applies it to its losses
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        mode = "train" if self.model.training else "eval"
+        if self.beta != 0.0:
+            per_token_kl = k3_kl(inputs["ref_per_token_logps"], per_token_logps)
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * batch.ratio
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+            self._metrics[mode]["kl"].append(self._global_masked_mean(per_token_kl, mask))
+        self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies, mask))
+        aggregation = effective_loss_aggregation(self.loss_type, self.args.loss_aggregation)
+        return get_loss_aggregation(aggregation)(per_token_loss, mask, self._loss_scale(inputs, mode))
+
+    def _loss_mask(self, inputs) -> torch.Tensor:
+        """The completion tokens a registered loss counts: up to and including the first EOS inside the rollout's
+        own mask (TRL's `completion_mask`, times `tool_mask` when tools ran), and only there (MiniMind-3's rule)."""
+        rollout_mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            rollout_mask = rollout_mask * inputs["tool_mask"]
+        return upto_first_eos_mask(inputs["completion_ids"], rollout_mask, self.eos_token_ids)
+
+    def _old_per_token_logps(self, inputs, per_token_logps: torch.Tensor) -> torch.Tensor:
+        """The log-probs of the policy that produced the rollout: TRL's `old_per_token_logps` when it computed them
+        (`num_iterations > 1`, generation misaligned with optimizer steps, vLLM importance sampling), else the
+        current ones detached (the batch is on-policy: ratio 1 in value). A rollout engine that returns its own
+        log-probs (upstream MiniMind-3's SGLang) feeds them here."""
+        old = inputs.get("old_per_token_logps")
+        return per_token_logps.detach() if old is None else old
+
+    def _loss_scale(self, inputs, mode: str) -> LossScale:
+        """The normalisers of the aggregation modes, as TRL's `_compute_loss` computes them for its loss types."""
+        accumulation_steps = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        window_tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":
+            window_tokens = window_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        return LossScale(accumulation_steps, window_tokens, self.max_completion_length)
+
+    def _global_masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        """The mean of `values` over the masked tokens of every process (TRL's logging of `kl` and `entropy`)."""
+        local = torch.stack([(values * mask).sum(), mask.sum().float()])
+        total = self.accelerator.reduce(local.detach(), reduction="sum")
+        return (total[0] / total[1].clamp(min=1.0)).item()
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         if self._past_eos_attended:
@@ -290,6 +370,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             reward_weights=self.reward_weights.tolist(),
             lora=lora,
             settings=upstream_settings(self.args),
+            upstream=upstream_title(self.args),
         )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):

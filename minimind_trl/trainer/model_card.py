@@ -6,41 +6,16 @@ settings follow upstream MiniMind's `train_grpo.py`; `extend_model_card` inserts
 `MiniMindGRPOTrainer.create_model_card` does this for every run, from Python or the CLI.
 """
 
-import math
 import os
 from dataclasses import dataclass, field
-from enum import Enum
 
 from ..rewards.registry import REWARD_MODEL_REWARDS
+from ..generations import SCRIPT, TRAINING, compare, format_value, get_generation, same_value
 
-# (setting, upstream flag, upstream's value) -- MiniMind's train_grpo.py defaults; tests check them against
-# MiniMindGRPOConfig's defaults so the two cannot drift apart.
-UPSTREAM_SETTINGS = (
-    ("learning_rate", "--learning_rate", 8e-8),
-    ("lr_scheduler_type", "CosineAnnealingLR(eta_min=lr/10)", "cosine_with_min_lr"),
-    ("max_grad_norm", "--grad_clip", 1.0),
-    ("weight_decay", "AdamW default", 0.01),
-    ("num_train_epochs", "--epochs", 1.0),
-    ("per_device_train_batch_size", "--batch_size 2 x --num_generations 8", 16),
-    ("gradient_accumulation_steps", "--accumulation_steps", 1),
-    ("num_generations", "--num_generations", 8),
-    ("max_prompt_length", "--max_seq_len", 66),
-    ("max_completion_length", "--max_gen_len", 1536),
-    ("temperature", "generate(temperature=0.8)", 0.8),
-    ("top_k", "transformers 4.x generate default", 50),
-    ("beta", "--beta", 0.02),
-    ("loss_type", "masked token mean per completion", "grpo"),
-    ("advantage_estimator", "group z-score, clamp, batch z-score", "minimind"),
-    ("tempered_logprobs", "log-probs of untempered logits", False),
-    ("num_iterations", "one update per generation", 1),
-    ("use_bias_correction_kl", "plain k3 KL", False),
-    ("bf16", "--dtype bfloat16", True),
-    ("seed", "setup_seed(42)", 42),
-)
-UPSTREAM_SCRIPT_SETTINGS = (
-    ("reasoning", "--reasoning", True),
-    ("reward_model_clip", "scale = 3.0", 3.0),
-)
+# (setting, upstream flag, upstream's value) of every config field the seed (the minimind2 record, whose defaults the
+# config keeps) sets; tests check them against MiniMindGRPOConfig's defaults and the seed recipes.
+UPSTREAM_SETTINGS = tuple((row.name, row.flag, row.value) for row in get_generation(None).rows() if row.kind == TRAINING)
+UPSTREAM_SCRIPT_SETTINGS = tuple((row.name, row.flag, row.value) for row in get_generation(None).rows() if row.kind == SCRIPT)
 CARD_SECTION_TITLE = "## MiniMind GRPO run"
 
 
@@ -58,31 +33,19 @@ class RunCard:
     dataset: str | None = None
     lora: dict | None = None
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
+    upstream: str = get_generation(None).title  # the generation `settings` compares against
 
 
 def upstream_settings(training_args, script_args=None) -> list[tuple]:
-    """(setting, this run's value, upstream's value, upstream flag) for every parity-relevant setting; the
-    reward-model rows need the CLI's script arguments (`reasoning`, `reward_model_clip`)."""
-    rows = [(name, getattr(training_args, name, None), value, flag) for name, flag, value in UPSTREAM_SETTINGS]
-    if script_args is not None:
-        rows += [(name, getattr(script_args, name, None), value, flag) for name, flag, value in UPSTREAM_SCRIPT_SETTINGS]
-    return rows
+    """(setting, this run's value, upstream's value, upstream flag) for every setting of the upstream generation the
+    run follows (`training_args.upstream`, by default the seed's); the rewards' rows need the CLI's script
+    arguments (`reward_funcs`, `reasoning`, `reward_model_clip`, ...)."""
+    generation = get_generation(getattr(training_args, "upstream", None))
+    return [(row.name, row.run_value, row.upstream_value, row.flag) for row in compare(generation, training_args, script_args)]
 
 
-def _fmt(value) -> str:
-    if isinstance(value, Enum):
-        value = value.value
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, Enum):
-        a = a.value
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return math.isclose(float(a), float(b), rel_tol=1e-9)
-    return a == b
+def upstream_title(training_args) -> str:
+    return get_generation(getattr(training_args, "upstream", None)).title
 
 
 CARD_METRICS = (
@@ -125,26 +88,26 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
     weights = card.reward_weights or [1.0] * len(card.reward_funcs)
     for name, weight in zip(card.reward_funcs, weights):
         shown = f"{name} (`{card.reward_model}`)" if name in REWARD_MODEL_REWARDS and card.reward_model else name
-        lines.append(f"| {shown} | {_fmt(float(weight))} |")
+        lines.append(f"| {shown} | {format_value(float(weight))} |")
 
     metrics = final_metrics(log_history)
     lines += ["", "### Final metrics", ""]
     if metrics:
         lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| {key} | {_fmt(value)} |" for key, value in metrics.items()]
+        lines += [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
     else:
         lines.append("No metrics were logged.")
 
     lines += [
         "",
-        "### Settings against MiniMind's `train_grpo.py` (upstream parity)",
+        f"### Settings against MiniMind's `train_grpo.py` (upstream parity: {card.upstream})",
         "",
         "| setting | this run | upstream | upstream flag | same |",
         "|---|---|---|---|---|",
     ]
     for name, value, upstream_value, flag in card.settings:
         lines.append(
-            f"| {name} | {_fmt(value)} | {_fmt(upstream_value)} | {flag} | {'yes' if _same(value, upstream_value) else 'no'} |"
+            f"| {name} | {format_value(value)} | {format_value(upstream_value)} | {flag} | {'yes' if same_value(value, upstream_value) else 'no'} |"
         )
 
     repo = hub_model_id or "path/to/this/folder"
@@ -202,4 +165,5 @@ __all__ = [
     "final_metrics",
     "render_run_section",
     "upstream_settings",
+    "upstream_title",
 ]

@@ -690,13 +690,9 @@ def test_advantages_group_over_the_gathered_batch_and_renormalise_per_process(nu
     total[5] = torch.nan
     per_process = []
     for process_index in range(24 // num_local):
-        fake = SimpleNamespace(
-            accelerator=SimpleNamespace(process_index=process_index),
-            num_generations=num_generations,
-            num_generations_eval=num_generations,
-            reward_weights=weights,
+        per_process.append(
+            trainer_advantages(rewards_per_func, weights, num_generations, process_index, 24 // num_local)
         )
-        per_process.append(MiniMindGRPOTrainer._minimind_advantages(fake, rewards_per_func, num_local, "train"))
     assert per_process[5 // num_local][5 % num_local] == 0.0
     for process_index, advantages in enumerate(per_process):
         local = slice(process_index * num_local, (process_index + 1) * num_local)
@@ -713,6 +709,21 @@ def test_advantages_group_over_the_gathered_batch_and_renormalise_per_process(nu
     for advantages in per_process:  # the second normalisation is per process
         scorable = advantages[advantages != 0]
         assert abs(scorable.mean().item()) < 1e-6 and abs(scorable.std().item() - 1) < 1e-5
+
+
+def trainer_advantages(rewards_per_func, weights, num_generations, process_index, num_processes):
+    """One process's advantages the way `_generate_and_score_completions` gets them: the weighted rewards of the
+    gathered batch, the configured estimator ("minimind"), this process's slice."""
+    fake = SimpleNamespace(
+        accelerator=SimpleNamespace(process_index=process_index, num_processes=num_processes),
+        args=SimpleNamespace(advantage_estimator="minimind"),
+        num_generations=num_generations,
+        num_generations_eval=num_generations,
+        reward_weights=weights,
+    )
+    rewards = MiniMindGRPOTrainer._weighted_rewards(fake, rewards_per_func)
+    local = MiniMindGRPOTrainer._local_rows(fake, len(rewards) // num_processes)
+    return MiniMindGRPOTrainer._advantages(fake, rewards, "train")[local]
 
 
 def _zscore(group):
@@ -734,13 +745,7 @@ def test_a_constant_group_spanning_processes_gets_exact_zeros(value):
     upstream = [(a - a.mean()) / (a.std() + 1e-8) for a in stage_one.split(12)]
     assert max(a.abs().max().item() for a in upstream) > 0.5  # the defect this guards against
     for process_index in range(2):
-        fake = SimpleNamespace(
-            accelerator=SimpleNamespace(process_index=process_index),
-            num_generations=8,
-            num_generations_eval=8,
-            reward_weights=torch.ones(1),
-        )
-        advantages = MiniMindGRPOTrainer._minimind_advantages(fake, rewards_per_func, 12, "train")
+        advantages = trainer_advantages(rewards_per_func, torch.ones(1), 8, process_index, 2)
         assert torch.equal(advantages, torch.zeros(12))
 
 

@@ -1,0 +1,118 @@
+"""How a per-token loss becomes the micro-batch's loss: a registry of aggregation modes (verl's names).
+
+`register_loss_aggregation(name)` adds a mode: a function of the per-token loss (B, T), its mask and a `LossScale`
+returning the scalar to back-propagate, already divided for gradient accumulation. `loss_aggregation: <name>`
+picks it for a registered `loss_type`; TRL's own loss types aggregate inside TRL, as `TRL_LOSS_AGGREGATION`
+names.
+
+* `seq-mean-token-mean`: each completion's masked token mean, then the mean over completions: both upstream
+  generations, TRL's `grpo` and `sapo`. The default for registered losses.
+* `token-mean`: the token sum over the number of loss tokens of the whole accumulated batch (all processes, all
+  micro-batches of the optimizer step): TRL's `dapo`, `cispo` and `vespo`.
+* `local-token-mean`: the token mean of this micro-batch: TRL's `bnpo`.
+* `seq-mean-token-sum-norm`: the token sum over (completions x `max_completion_length`): TRL's `dr_grpo`.
+* `seq-mean-token-sum`: each completion's token sum, then the mean over completions: TRL's `luspo`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_LOSS_AGGREGATION = "seq-mean-token-mean"
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """The normalisers a mode may need.
+
+    accumulation_steps: micro-batches accumulated into one optimizer step (1 in evaluation).
+    window_tokens: loss tokens in this process's share of one accumulation window (`token-mean`'s divisor).
+    max_completion_length: the config's `max_completion_length` (`seq-mean-token-sum-norm`).
+    """
+
+    accumulation_steps: float
+    window_tokens: torch.Tensor | float
+    max_completion_length: int | None
+
+
+LossAggregation = Callable[[torch.Tensor, torch.Tensor, LossScale], torch.Tensor]
+LOSS_AGGREGATIONS: dict[str, LossAggregation] = {}
+
+
+def register_loss_aggregation(name: str) -> Callable[[LossAggregation], LossAggregation]:
+    """Decorator: register `fn(per_token_loss, mask, scale: LossScale) -> scalar` as `loss_aggregation: <name>`."""
+
+    def register(fn: LossAggregation) -> LossAggregation:
+        if LOSS_AGGREGATIONS.get(name, fn) is not fn:
+            raise ValueError(f"loss aggregation {name!r} is already registered ({LOSS_AGGREGATIONS[name]})")
+        LOSS_AGGREGATIONS[name] = fn
+        return fn
+
+    return register
+
+
+def get_loss_aggregation(name: str) -> LossAggregation:
+    if name not in LOSS_AGGREGATIONS:
+        raise ValueError(f"unknown loss_aggregation {name!r}; registered: {', '.join(LOSS_AGGREGATIONS)}")
+    return LOSS_AGGREGATIONS[name]
+
+
+@register_loss_aggregation("seq-mean-token-mean")
+def seq_mean_token_mean(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
+    per_completion = (per_token_loss * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+    return per_completion.mean() / scale.accumulation_steps
+
+
+@register_loss_aggregation("token-mean")
+def token_mean(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
+    return (per_token_loss * mask).sum() / scale.window_tokens
+
+
+@register_loss_aggregation("local-token-mean")
+def local_token_mean(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
+    return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / scale.accumulation_steps
+
+
+@register_loss_aggregation("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
+    if scale.max_completion_length is None:
+        raise ValueError("loss_aggregation 'seq-mean-token-sum-norm' divides by max_completion_length, which is None")
+    total = (per_token_loss * mask).sum() / (per_token_loss.size(0) * scale.max_completion_length)
+    return total / scale.accumulation_steps
+
+
+@register_loss_aggregation("seq-mean-token-sum")
+def seq_mean_token_sum(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
+    return (per_token_loss * mask).sum(dim=-1).mean() / scale.accumulation_steps
+
+
+# How TRL 1.16's `_compute_loss` aggregates each of its loss types, in the modes' names above.
+TRL_LOSS_AGGREGATION = {
+    "grpo": "seq-mean-token-mean",
+    "sapo": "seq-mean-token-mean",
+    "bnpo": "local-token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",
+    "cispo": "token-mean",
+    "vespo": "token-mean",
+    "luspo": "seq-mean-token-sum",
+}
+
+
+def effective_loss_aggregation(loss_type: str, loss_aggregation: str | None) -> str:
+    """The mode a run aggregates with: TRL's for its loss types, else the configured one (default upstream's)."""
+    if loss_type in TRL_LOSS_AGGREGATION:
+        return TRL_LOSS_AGGREGATION[loss_type]
+    return loss_aggregation or DEFAULT_LOSS_AGGREGATION
+
+
+__all__ = [
+    "DEFAULT_LOSS_AGGREGATION",
+    "LOSS_AGGREGATIONS",
+    "LossScale",
+    "TRL_LOSS_AGGREGATION",
+    "effective_loss_aggregation",
+    "get_loss_aggregation",
+    "register_loss_aggregation",
+]
