@@ -105,6 +105,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         top_k (`int`, defaults to `50`): upstream never sets it, so it sampled with the transformers 4.x
             generation default `top_k=50` (`top_p=1.0`, which is also TRL's default). TRL's default is `0`
             (disabled); set `top_k: 0` for plain temperature sampling.
+        top_p (`float`, defaults to `1.0`): TRL's default, and the transformers 4.x default the seed sampled with.
         beta (`float`, defaults to `0.02`): seed `--beta`, the weight of the k3 KL to the frozen reference.
         loss_type (`str`, defaults to `"grpo"`): one of TRL's loss types (computed by TRL's own code) or a policy
             loss registered with `register_policy_loss` (`minimind_trl.trainer.policy_losses`, aggregated with

@@ -1,5 +1,5 @@
 """minimind_advantages against upstream's formula, plus the cases upstream leaves undefined (NaN, one row) or
-gets wrong (groups without spread whose float32 mean is off by rounding)."""
+gets wrong (groups without spread whose float32 mean is off by rounding); MiniMind-3's estimator; the registry."""
 
 import math
 import zlib
@@ -7,7 +7,17 @@ import zlib
 import pytest
 import torch
 
-from minimind_trl.trainer.advantages import batch_renormalize, group_zscore, minimind_advantages, zero_spread_rows
+from minimind_trl.trainer.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    TRL_ADVANTAGES,
+    AdvantageInputs,
+    batch_renormalize,
+    get_adv_estimator,
+    group_zscore,
+    minimind_advantages,
+    register_adv_est,
+    zero_spread_rows,
+)
 from minimind_trl.trainer import minimind_advantages as exported_from_trainer
 
 
@@ -241,3 +251,59 @@ def test_constant_scorable_rows_next_to_nan_rows_get_zero():
     advantages = minimind_advantages(rewards, 4)
     assert torch.equal(advantages[:8], torch.zeros(8))
     torch.testing.assert_close(advantages.double(), loop_reference(rewards, 4), rtol=1e-5, atol=1e-6)
+
+
+# --- the registry and MiniMind-3's estimator ----------------------------------------------------------------
+
+
+def minimind3_formula(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """MiniMind-3's advantages written from the fixture README: per group (r - mean) / (std(unbiased=False) + 1e-4)."""
+    grouped = rewards.view(-1, num_generations)
+    mean = grouped.mean(dim=1).repeat_interleave(num_generations)
+    std = grouped.std(dim=1, unbiased=False).repeat_interleave(num_generations)
+    return (rewards - mean) / (std + 1e-4)
+
+
+def minimind3(rewards: torch.Tensor, num_generations: int, process_rows: int | None = None) -> torch.Tensor:
+    estimator = get_adv_estimator("group_zscore")
+    return estimator(AdvantageInputs(rewards, num_generations, process_rows or rewards.numel()))
+
+
+@pytest.mark.parametrize("num_generations", [2, 4, 6, 8])
+def test_group_zscore_estimator_is_minimind3s_formula(num_generations):
+    rewards = torch.randn(8 * num_generations, generator=torch.Generator().manual_seed(num_generations)) * 2 + 0.3
+    expected = minimind3_formula(rewards, num_generations)
+    assert torch.equal(minimind3(rewards, num_generations), expected)
+    # no batch step: each process's rows are the same whatever the split
+    assert torch.equal(minimind3(rewards, num_generations, process_rows=num_generations), expected)
+
+
+def test_group_zscore_has_no_clamp_and_gives_constant_and_unscorable_rows_zero():
+    outlier = torch.zeros(200)
+    outlier[0] = 1.0  # population z-score sqrt(199) ~ 14.1: the seed's clamp at 10 would bind
+    assert torch.equal(minimind3(outlier, 200), minimind3_formula(outlier, 200)) and minimind3(outlier, 200)[0] > 14
+    constant = torch.tensor([0.1] * 6 + [2.1] * 6)  # float32 means a rounding step off
+    assert torch.equal(minimind3(constant, 6), torch.zeros(12))
+    with_nan = torch.tensor([1.0, float("nan"), 3.0, 2.0])
+    advantages = minimind3(with_nan, 4)
+    assert advantages[1] == 0.0
+    torch.testing.assert_close(advantages[[0, 2, 3]], minimind3_formula(torch.tensor([1.0, 3.0, 2.0]), 3))
+
+
+def test_minimind_estimator_renormalises_each_process_rows_apart():
+    rewards = torch.rand(24, generator=torch.Generator().manual_seed(5))
+    estimator = get_adv_estimator("minimind")
+    per_process = estimator(AdvantageInputs(rewards, 4, process_rows=8))
+    for rows in range(0, 24, 8):
+        assert torch.equal(per_process[rows : rows + 8], minimind_advantages(rewards[rows : rows + 8], 4))
+    assert torch.equal(estimator(AdvantageInputs(rewards, 4, process_rows=24)), minimind_advantages(rewards, 4))
+
+
+def test_registry_reserves_trl_and_refuses_a_second_function_under_one_name(monkeypatch):
+    monkeypatch.setattr("minimind_trl.trainer.advantages.ADVANTAGE_ESTIMATORS", dict(ADVANTAGE_ESTIMATORS))
+    with pytest.raises(ValueError, match="reserved for TRL"):
+        register_adv_est(TRL_ADVANTAGES)(lambda inputs: inputs.rewards)
+    with pytest.raises(ValueError, match="already registered"):
+        register_adv_est("minimind")(lambda inputs: inputs.rewards)
+    with pytest.raises(ValueError, match="trl, minimind, group_zscore"):
+        get_adv_estimator("minimind3")

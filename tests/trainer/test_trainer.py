@@ -753,3 +753,23 @@ def _zscore_all(rewards):
     """Upstream's stage one over groups of 8 (no clamp binds at G = 8)."""
     grouped = rewards.view(-1, 8)
     return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).reshape(-1)
+
+
+def test_estimator_output_is_checked_and_unscorable_rows_get_zero(monkeypatch):
+    from minimind_trl.trainer.advantages import ADVANTAGE_ESTIMATORS
+
+    fake = SimpleNamespace(
+        accelerator=SimpleNamespace(num_processes=1),
+        args=SimpleNamespace(advantage_estimator="test_estimator"),
+        num_generations=2,
+        num_generations_eval=2,
+    )
+    rewards = torch.tensor([1.0, float("nan"), 3.0, 4.0])
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "test_estimator", lambda inputs: inputs.rewards * 2)
+    assert torch.equal(MiniMindGRPOTrainer._advantages(fake, rewards, "train"), torch.tensor([2.0, 0.0, 6.0, 8.0]))
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "test_estimator", lambda inputs: inputs.rewards[:2])
+    with pytest.raises(ValueError, match="returned shape"):
+        MiniMindGRPOTrainer._advantages(fake, rewards, "train")
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "test_estimator", lambda inputs: inputs.rewards / 0)
+    with pytest.raises(ValueError, match="non-finite advantage for a scored row"):
+        MiniMindGRPOTrainer._advantages(fake, rewards, "train")

@@ -1,0 +1,45 @@
+"""The run plan's upstream check: a recipe that declares `upstream: <generation>` gets every departure from that
+generation's record listed before any model loads."""
+
+import logging
+
+import pytest
+from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
+
+from minimind_trl.cli.run_plan import check_run, upstream_departures
+from minimind_trl.grpo import parse_args
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    return build_tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_rlaif(tmp_path_factory.mktemp("data") / "rlaif.jsonl")
+
+
+def test_a_recipe_following_minimind3_gets_its_departures_listed(tmp_path, policy, data, caplog):
+    recipe = tiny_recipe(tmp_path, policy, data, upstream="minimind3", beta=0.1, loss_type="minimind3_grpo")
+    script_args, training_args, model_args, _ = parse_args(["--config", str(recipe), "--learning_rate", "3e-7"])
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.cli.run_plan"):
+        plan = check_run(script_args, training_args, model_args)
+
+    departures = {line.split(":")[0]: line for line in plan.upstream_departures}
+    assert departures["num_generations"] == "num_generations: 4 (upstream 6, --num_generations)"
+    assert departures["loss_type"] == (
+        "loss_type: minimind3_grpo (upstream minimind3_cispo, --loss_type cispo; grpo: minimind3_grpo)"
+    )
+    assert departures["reward_funcs"].startswith("reward_funcs: format, tag_count, grpo_fixtures:token_reward (upstream")
+    assert "thinking_ratio" in departures and "advantage_estimator" in departures
+    assert not {"learning_rate", "beta", "temperature", "loss_aggregation"} & set(departures)  # as upstream
+    assert "follows MiniMind-3 (d65ef2c) except in" in caplog.text and departures["seed"] in caplog.text
+
+
+def test_without_upstream_nothing_is_listed(tmp_path, policy, data):
+    recipe = tiny_recipe(tmp_path, policy, data)
+    script_args, training_args, model_args, _ = parse_args(["--config", str(recipe)])
+    assert training_args.upstream is None
+    assert upstream_departures(script_args, training_args) == []
+    assert check_run(script_args, training_args, model_args).upstream_departures == []

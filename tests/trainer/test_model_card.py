@@ -1,0 +1,66 @@
+"""The model card's parity table compares a run against the upstream generation it follows."""
+
+from types import SimpleNamespace
+
+import pytest
+from datasets import Dataset
+
+from minimind_trl.generations import GENERATIONS
+from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
+from minimind_trl.trainer.model_card import RunCard, render_run_section, upstream_settings, upstream_title
+
+from test_trainer import fixed_reward, grpo_config, tiny_model
+
+MINIMIND3_SCRIPT = SimpleNamespace(reward_funcs=list(GENERATIONS["minimind3"].reward_funcs.value), reward_model_clip=3.0)
+
+
+def minimind3_values() -> dict:
+    return {row.name: row.value for row in GENERATIONS["minimind3"].rows() if row.kind == "training"}
+
+
+def section(args, script_args=None) -> str:
+    card = RunCard(
+        base_model="tiny", settings=upstream_settings(args, script_args), upstream=upstream_title(args)
+    )
+    return render_run_section(card, [], None)
+
+
+def test_a_minimind3_run_is_compared_with_minimind3(tmp_path):
+    args = MiniMindGRPOConfig(str(tmp_path), use_cpu=True, upstream="minimind3", **minimind3_values())
+    text = section(args, MINIMIND3_SCRIPT)
+    assert "### Settings against MiniMind's `train_grpo.py` (upstream parity: MiniMind-3 (d65ef2c))" in text
+    assert "| loss_type | minimind3_cispo | minimind3_cispo | --loss_type cispo; grpo: minimind3_grpo | yes |" in text
+    assert "| epsilon_high | 5 | 5 | --epsilon_high | yes |" in text
+    assert "| top_p | 0.85 | 0.85 | MiniMindForCausalLM.generate default | yes |" in text
+    assert "| thinking_ratio | not available | 0.9 | --thinking_ratio | no |" in text  # until the option exists
+    assert "| reasoning |" not in text  # MiniMind2's flag
+
+
+def test_trls_cispo_shows_as_a_different_aggregation(tmp_path):
+    values = {**minimind3_values(), "loss_type": "cispo"}
+    text = section(MiniMindGRPOConfig(str(tmp_path), use_cpu=True, upstream="minimind3", **values))
+    assert "| loss_type | cispo | minimind3_cispo |" in text
+    assert "| loss_aggregation | token-mean | seq-mean-token-mean | masked token mean per completion | no |" in text
+
+
+def test_a_run_without_upstream_is_compared_with_the_seed(tmp_path):
+    text = section(MiniMindGRPOConfig(str(tmp_path), use_cpu=True))
+    assert "(upstream parity: MiniMind2 (fea69cf))" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.endswith(("| yes |", "| no |"))]
+    assert len(rows) == sum(row.kind != "script" for row in GENERATIONS["minimind2"].rows())
+    assert all(line.endswith("| yes |") for line in rows)  # the defaults are the seed's
+
+
+@pytest.mark.parametrize("upstream, title", [(None, "MiniMind2 (fea69cf)"), ("minimind3", "MiniMind-3 (d65ef2c)")])
+def test_the_trainers_own_card_follows_the_configured_generation(tmp_path, upstream, title):
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+
+    tokenizer = build_minimind_tokenizer()
+    args = grpo_config(tmp_path, upstream=upstream)
+    trainer = MiniMindGRPOTrainer(
+        tiny_model(tokenizer), fixed_reward, args, train_dataset=Dataset.from_list([{"prompt": "hi"}] * 8),
+        processing_class=tokenizer,
+    )
+    assert trainer.run_card.upstream == title
+    names = [row[0] for row in trainer.run_card.settings]
+    assert ("epsilon_high" in names) == (upstream == "minimind3")
