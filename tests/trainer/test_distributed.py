@@ -431,3 +431,82 @@ def test_slurm_script_launches_accelerate_on_every_node(tmp_path):
             f"--machine_rank {node} --main_process_ip node-a --main_process_port 29500 --rdzv_backend c10d "
             "-m minimind_trl.grpo --config recipes/minimind2/grpo/reasoning.yaml --learning_rate 1e-6"
         )
+
+
+MINIMIND3_SPANNING_RUN = SPANNING_RUN.replace(
+    "beta=0.02, seed=7,",
+    "beta=0.1, seed=7, loss_type='minimind3_cispo', advantage_estimator='group_zscore', epsilon_high=5.0,",
+)
+
+
+def minimind3_rank_loss(policy, reference, batch, beta):
+    """MiniMind-3's CISPO loss for one rank's micro-batch, from the fixture README's formulas: on-policy, so the
+    capped ratio is 1 and the loss is -(A * logp - beta * k3), each completion's masked mean, then the mean."""
+    import torch
+
+    n_keep = batch["completion_ids"].size(1)
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], torch.ones_like(batch["completion_mask"])], dim=1)
+
+    def logps(model):
+        logits = model(input_ids, attention_mask=attention_mask, logits_to_keep=n_keep + 1).logits[:, :-1]
+        return torch.gather(logits.log_softmax(-1), 2, input_ids[:, -n_keep:, None]).squeeze(-1)
+
+    per_token_logps = logps(policy)
+    with torch.no_grad():
+        ref_per_token_logps = logps(reference)
+    kl = ref_per_token_logps - per_token_logps
+    per_token_kl = torch.exp(kl) - kl - 1
+    per_token_loss = -(batch["advantages"].unsqueeze(1) * per_token_logps - beta * per_token_kl)
+    mask = batch["completion_mask"]
+    return ((per_token_loss * mask).sum(dim=1) / mask.sum(dim=1)).mean()
+
+
+def test_minimind3_group_spanning_two_processes_matches_the_single_process_computation(setup):
+    """MiniMind-3's estimator and loss on 2 processes whose groups span both: each process's advantages are the
+    group's population z-scores over all 8 gathered rewards (no per-process step), its loss is MiniMind-3's on its
+    rows, and a one-process replay of both steps ends with the weights the 2 processes trained."""
+    import torch
+
+    from minimind_trl import MiniMindForCausalLM
+
+    assert MINIMIND3_SPANNING_RUN != SPANNING_RUN
+    folder = run_dir(setup, "spanning_minimind3")
+    script = folder / "spanning_run.py"
+    script.write_text(MINIMIND3_SPANNING_RUN)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ACCELERATE_CONFIGS / "ddp.yaml"),
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
+        str(script), str(setup.policy), str(folder),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    def load(kind, call, rank):
+        return torch.load(folder / f"{kind}-{call}-rank{rank}.pt", weights_only=True)
+
+    initial = MiniMindForCausalLM.from_pretrained(setup.policy)
+    reference = MiniMindForCausalLM.from_pretrained(setup.policy).eval()
+    replay = MiniMindForCausalLM.from_pretrained(setup.policy).train()
+    optimizer = torch.optim.SGD(replay.parameters(), lr=1.0)
+    for call in range(2):
+        scored = [load("scored", call, rank) for rank in (0, 1)]
+        rewards = scored[0]["rewards_per_func"][:, 0].double()
+        z = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-4)
+        for rank, batch in enumerate(scored):
+            torch.testing.assert_close(batch["advantages"].double(), z[rank * 4 : (rank + 1) * 4], rtol=1e-5, atol=1e-5)
+
+        losses = [load("loss", call, rank) for rank in (0, 1)]
+        for batch in losses:
+            assert_same_step(batch["weights"], replay.state_dict(), initial.state_dict(), moved=call > 0)
+        rank_losses = [minimind3_rank_loss(replay, reference, batch, beta=0.1) for batch in losses]
+        for rank, (batch, loss) in enumerate(zip(losses, rank_losses)):
+            assert batch["loss"] == pytest.approx(loss.item(), rel=1e-4, abs=1e-6), (call, rank)
+        (sum(rank_losses) / 2).backward()
+        torch.nn.utils.clip_grad_norm_(replay.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    final = torch.load(folder / "final.pt", weights_only=True)
+    assert_same_step(final, replay.state_dict(), initial.state_dict(), moved=True)
