@@ -51,7 +51,7 @@ RESUMABLE_SETTINGS = re.compile(
     r"eval_.*|per_device_eval_batch_size|do_eval|do_predict|ddp_.*|fsdp.*|deepspeed|accelerator_config|"
     r"per_device_train_batch_size|gradient_accumulation_steps|steps_per_generation|generation_batch_size|"
     r"gradient_checkpointing.*|activation_checkpointing.*|disable_tqdm|num_completions_to_print|local_rank|"
-    r"use_cpu|torch_empty_cache_steps|include_.*|skip_memory_metrics|ignore_data_skip|model_init_kwargs)$"
+    r"use_cpu|torch_empty_cache_steps|include_.*|skip_memory_metrics|ignore_data_skip|model_init_kwargs|upstream)$"
 )
 
 _held: dict[str, list] = {}  # realpath -> [open lock file, depth]: the lock is re-entrant within a process
