@@ -109,6 +109,7 @@ MINIMIND2 = Generation(
             top_p=1.0,
             beta=0.02,
         ),
+        UpstreamSetting("dataset_roles", "position", "RLAIFDataset: user, assistant, ... by position", SCRIPT),
         UpstreamSetting("reasoning", True, "--reasoning", SCRIPT),
         UpstreamSetting("reward_model_clip", 3.0, "scale = 3.0", SCRIPT),
     ),
@@ -153,7 +154,9 @@ MINIMIND3 = Generation(
                 UpstreamSetting("epsilon_high", 5.0, "--epsilon_high"),
             ),
         ),
+        UpstreamSetting("dataset_roles", "data", "RLAIFDataset: each turn's own role", SCRIPT),
         UpstreamSetting("thinking_ratio", 0.9, "--thinking_ratio", SCRIPT),
+        UpstreamSetting("system_prompt_ratio", 0.2, "pre_processing_chat: 20 % get a system prompt", SCRIPT),
         UpstreamSetting("reward_model_clip", 3.0, "get_score: clip to [-3, 3]", SCRIPT),
     ),
     notes=(
@@ -161,7 +164,7 @@ MINIMIND3 = Generation(
         "itself before the update (ratio 1, the clips never bind); `sglang` takes the server's log-probs, whose "
         "weights are refreshed every `--save_interval` steps.",
         "The completion mask ends at the first EOS inside the rollout's own mask (the last position without one).",
-        "20 % of the prompts without a system turn get one of 10 fixed system prompts (`pre_processing_chat`).",
+        "`system_prompt_ratio`: the prompts without a system turn get one of 10 fixed system prompts.",
         "The reward model scores the answer after `</think>`, the history folded into one user turn; no blend.",
         "Upstream's other defaults: `--data_path ../dataset/rlaif.jsonl`, `--from_weight full_sft`, "
         "`--hidden_size 768`, `--num_hidden_layers 8`.",

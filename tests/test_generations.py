@@ -33,9 +33,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC = REPO_ROOT / "docs" / "generations.md"
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(MiniMindGRPOConfig)}
 SCRIPT_FIELDS = {f.name for f in dataclasses.fields(GRPOScriptArguments)}
-PENDING_ISSUE_25B = pytest.mark.xfail(
-    strict=True, reason="issue 25b registers MiniMind-3's rewards and adds thinking_ratio; drop this mark then"
-)
 
 
 def config(tmp_path, **values):
@@ -50,7 +47,7 @@ def training_values(generation) -> dict:
 # --------------------------------------------------------------------------- the records against the package
 
 
-@pytest.mark.parametrize("name", ["minimind2", pytest.param("minimind3", marks=PENDING_ISSUE_25B)])
+@pytest.mark.parametrize("name", list(GENERATIONS))
 def test_every_name_a_record_uses_exists(name):
     generation = GENERATIONS[name]
     assert set(generation.reward_funcs.value) <= set(REWARDS)
@@ -142,7 +139,9 @@ def test_script_rows_compare_the_commands_arguments(tmp_path):
     script = SimpleNamespace(reward_funcs=list(generation.reward_funcs.value), reward_model_clip=3.0)
     rows = {row.name: row for row in compare(generation, args, script)}
     assert rows["reward_funcs"].same and rows["reward_model_clip"].same
-    assert not rows["thinking_ratio"].same and rows["thinking_ratio"].run_value == "not available"
+    assert not rows["thinking_ratio"].same and rows["thinking_ratio"].run_value == "not available"  # not given
+    seed_defaults = {row.name: row for row in compare(generation, args, GRPOScriptArguments())}
+    assert seed_defaults["thinking_ratio"].run_value is None and not seed_defaults["thinking_ratio"].same
     assert "reward_funcs" not in {row.name for row in compare(generation, args)}  # a Python run has no script rows
 
 

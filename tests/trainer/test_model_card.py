@@ -1,21 +1,17 @@
 """The model card's parity table compares a run against the upstream generation it follows."""
 
-from types import SimpleNamespace
-
 import pytest
 from datasets import Dataset
 
+from minimind_trl.cli.script_args import GRPOScriptArguments
 from minimind_trl.generations import GENERATIONS
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 from minimind_trl.trainer.model_card import RunCard, render_run_section, upstream_settings, upstream_title
 
 from test_trainer import fixed_reward, grpo_config, tiny_model
 
-MINIMIND3_SCRIPT = SimpleNamespace(reward_funcs=list(GENERATIONS["minimind3"].reward_funcs.value), reward_model_clip=3.0)
-
-
-def minimind3_values() -> dict:
-    return {row.name: row.value for row in GENERATIONS["minimind3"].rows() if row.kind == "training"}
+def minimind3_values(kind="training") -> dict:
+    return {row.name: row.value for row in GENERATIONS["minimind3"].rows() if row.kind == kind}
 
 
 def section(args, script_args=None) -> str:
@@ -27,13 +23,18 @@ def section(args, script_args=None) -> str:
 
 def test_a_minimind3_run_is_compared_with_minimind3(tmp_path):
     args = MiniMindGRPOConfig(str(tmp_path), use_cpu=True, upstream="minimind3", **minimind3_values())
-    text = section(args, MINIMIND3_SCRIPT)
+    values = minimind3_values("script")
+    script_args = GRPOScriptArguments(**{**values, "reward_funcs": list(values["reward_funcs"])})
+    text = section(args, script_args)
     assert "### Settings against MiniMind's `train_grpo.py` (upstream parity: MiniMind-3 (d65ef2c))" in text
     assert "| loss_type | minimind3_cispo | minimind3_cispo | --loss_type cispo; grpo: minimind3_grpo | yes |" in text
     assert "| epsilon_high | 5 | 5 | --epsilon_high | yes |" in text
     assert "| top_p | 0.85 | 0.85 | MiniMindForCausalLM.generate default | yes |" in text
-    assert "| thinking_ratio | not available | 0.9 | --thinking_ratio | no |" in text  # until the option exists
+    assert "| thinking_ratio | 0.9 | 0.9 | --thinking_ratio | yes |" in text
+    assert "| dataset_roles | data | data | RLAIFDataset: each turn's own role | yes |" in text
     assert "| reasoning |" not in text  # MiniMind2's flag
+    rows = [line for line in text.splitlines() if line.endswith(("| yes |", "| no |"))]
+    assert len(rows) == len(GENERATIONS["minimind3"].rows()) and all(line.endswith("| yes |") for line in rows)
 
 
 def test_trls_cispo_shows_as_a_different_aggregation(tmp_path):
