@@ -2,7 +2,9 @@
 
 * `grpo_config`: `MiniMindGRPOConfig`, upstream's defaults and MiniMind's switches;
 * `grpo_trainer`: `MiniMindGRPOTrainer` (rollouts, rewards, advantages, loss, checkpoints, model card);
-* `advantages`: upstream's double-normalised group advantages as pure functions;
+* `advantages` / `policy_losses` / `loss_aggregation`: registries of pure functions (`register_adv_est`,
+  `register_policy_loss`, `register_loss_aggregation`) holding both upstream generations' arithmetic
+  (`minimind_trl.generations` records which one each generation uses);
 * `fast_sampling` / `decode_kernel` / `fast_logprobs`: the lean rollout sampler, its packed MiniMind decoding
   step and the completion-only log-prob head;
 * `checkpointing`: crash-safe checkpoints and resume checks; `model_card`: the run's card section;
