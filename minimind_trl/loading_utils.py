@@ -7,6 +7,7 @@ They live here once so that a checkpoint is judged, and a folder written, the sa
 
 import importlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -73,9 +74,116 @@ def check_state_dict_matches(
         raise error(f"{what}: " + "; ".join(problems))
 
 
+def check_finite_weights(
+    state_dict: Mapping[str, torch.Tensor], source: str, error: type[Exception] = MiniMindTRLError
+) -> None:
+    """Refuse NaN or infinite weights, naming the tensors: every format `convert` and `export` write would carry
+    them (and `export`'s logits check would blame something else)."""
+    not_finite = {}
+    for key, value in state_dict.items():
+        if value.is_floating_point() and (count := int((~torch.isfinite(value)).sum())):
+            not_finite[key] = (count, value.numel())
+    if not_finite:
+        shown = list(not_finite.items())[:5]
+        named = ", ".join(f"{key} ({count} of {numel})" for key, (count, numel) in shown)
+        more = f" and {len(not_finite) - 5} more tensors" if len(not_finite) > 5 else ""
+        raise error(
+            f"{source}: NaN or infinite values in {named}{more}; the weights are broken (a diverged or "
+            "fp16-overflowed run?): use an earlier checkpoint"
+        )
+
+
 def loading_info_problems(info: Mapping[str, list]) -> dict[str, list[str]]:
     """The non-empty entries of `from_pretrained(..., output_loading_info=True)`'s report."""
     return {name: sorted(map(str, keys)) for name, keys in info.items() if keys}
+
+
+# What `convert`, `export` and `merge-lora` write into an output folder (save_pretrained's model, config and
+# tokenizer files, the modeling code of `auto_map`, the native-policy marker): `--force` replaces a folder holding
+# only such files; anything else in it is the user's, and the folder is refused instead of deleted.
+MODEL_FOLDER_FILES = re.compile(
+    r"^(config\.json|generation_config\.json|(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?|"
+    r"(configuration|modeling|tokenization)_\w+\.py|tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|"
+    r"added_tokens\.json|vocab\.json|merges\.txt|chat_template\.(jinja|json)|minimind_source\.json)$"
+)
+
+
+def _relation(output: Path, source: Path) -> str | None:
+    if output == source:
+        return "is"
+    if output in source.parents:
+        return "contains"
+    if source in output.parents:
+        return "lies inside"
+    return None
+
+
+def check_output_apart(
+    output: str | Path, inputs, error: type[Exception] = MiniMindTRLError, flag: str = "output"
+) -> None:
+    """Refuse an output that is one of `inputs`, holds one or lies inside one, after resolving symlinks and
+    relative paths (`cd D; export model . --force`): writing it, above all replacing it with `--force`, would
+    overwrite or delete the input. Inputs that are not local paths (Hub ids) are skipped."""
+    resolved = Path(os.path.realpath(os.path.expanduser(str(output))))
+    for source in inputs:
+        if source is None or not os.path.exists(os.path.expanduser(str(source))):
+            continue
+        relation = _relation(resolved, Path(os.path.realpath(os.path.expanduser(str(source)))))
+        if relation is not None:
+            raise error(
+                f"{flag} {output} {relation} the input {source} ({resolved}): writing there would overwrite or "
+                "delete the input; choose an output that neither is, holds, nor lies inside the input"
+            )
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """The entries of an existing output folder that a model write does not produce (the user's own files)."""
+    return sorted(entry.name for entry in folder.iterdir() if not MODEL_FOLDER_FILES.match(entry.name))
+
+
+def check_output_folder(
+    output_dir: str | Path, force: bool, error: type[Exception] = MiniMindTRLError, flag: str = "output"
+) -> None:
+    """An output folder that may be written: absent, empty, or (with `force`) holding only model files that this
+    kind of write replaces. `force` never deletes anything else."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise error(f"{flag} {output_dir} exists and is not a folder")
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return
+    if not force:
+        raise error(f"{flag} {output_dir} exists and is not empty (use --force to replace it)")
+    _refuse_foreign(output_dir, foreign_entries(output_dir), error, flag)
+
+
+def check_output_file(
+    path: str | Path,
+    force: bool,
+    is_ours: Callable[[Path], bool],
+    kind: str,
+    error: type[Exception] = MiniMindTRLError,
+) -> None:
+    """A file output that may be written: absent, or (with `force`) a `kind` file as this command writes it
+    (`is_ours`); `force` never replaces a folder or another kind of file."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise error(f"{path} exists and is a folder (the output here is a {kind} file)")
+    if not force:
+        raise error(f"{path} exists (use --force to replace a file)")
+    if not is_ours(path):
+        raise error(
+            f"{path} exists and is not a {kind} file; --force replaces only a {kind} file: move it or pick another name"
+        )
+
+
+def _refuse_foreign(output_dir: Path, foreign: list[str], error, flag: str) -> None:
+    if foreign:
+        raise error(
+            f"{flag} {output_dir} holds files this command did not write ({preview(foreign, 5)}); --force replaces "
+            "only a folder of model files: move them out or pick another folder"
+        )
 
 
 def write_folder_atomically(
@@ -84,13 +192,11 @@ def write_folder_atomically(
     """Run `write(tmp_dir)` in a temporary folder next to `output_dir`, then rename it into place.
 
     A failure leaves nothing behind (no half-written output, no new parent folders); an existing non-empty
-    `output_dir` is only replaced with `force=True`, and only once the new folder is complete.
+    `output_dir` is only replaced with `force=True`, only when it holds nothing but model files (`check_output_folder`:
+    the user's own files are never deleted), and only once the new folder is complete.
     """
     output_dir = Path(output_dir).absolute()
-    if output_dir.exists() and not output_dir.is_dir():
-        raise error(f"{output_dir} exists and is not a folder")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
-        raise error(f"{output_dir} exists and is not empty (use --force to replace it)")
+    check_output_folder(output_dir, force, error)
     created = [parent for parent in reversed(output_dir.parents) if not parent.exists()]
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
@@ -177,6 +283,11 @@ def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLErro
 __all__ = [
     "DTYPES",
     "DTYPE_NAMES",
+    "MODEL_FOLDER_FILES",
+    "check_output_apart",
+    "check_finite_weights",
+    "check_output_file",
+    "check_output_folder",
     "check_state_dict_matches",
     "import_object",
     "looks_local",

@@ -13,7 +13,16 @@ from transformers.initialization import no_init_weights
 
 from ..cli.flags import FlagParser
 from ..errors import ConversionError
-from ..loading_utils import DTYPES, check_state_dict_matches, preview, resolve_dtype, write_folder_atomically
+from ..loading_utils import (
+    DTYPES,
+    check_finite_weights,
+    check_output_apart,
+    check_output_folder,
+    check_state_dict_matches,
+    preview,
+    resolve_dtype,
+    write_folder_atomically,
+)
 from ..models.minimind.configuration_minimind import MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from ..models.minimind.tokenization_minimind import portable_tokenizer
@@ -73,16 +82,7 @@ def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tens
     floating = [key for key, value in state_dict.items() if not value.is_floating_point()]
     if floating:
         raise ConversionError(f"{source}: non-floating-point tensors: {preview(floating)}")
-    not_finite = {key: int((~torch.isfinite(value)).sum()) for key, value in state_dict.items()}
-    not_finite = {key: count for key, count in not_finite.items() if count}
-    if not_finite:
-        shown = list(not_finite.items())[:5]
-        named = ", ".join(f"{key} ({count} of {state_dict[key].numel()})" for key, count in shown)
-        more = f" and {len(not_finite) - 5} more tensors" if len(not_finite) > 5 else ""
-        raise ConversionError(
-            f"{source}: NaN or infinite values in {named}{more}; the checkpoint is broken (a diverged or "
-            "fp16-overflowed run?): convert an earlier one"
-        )
+    check_finite_weights(state_dict, source, ConversionError)
 
 
 def model_from_state_dict(
@@ -130,8 +130,12 @@ def convert_checkpoint(
 ) -> MiniMindForCausalLM:
     """Native checkpoint -> `save_pretrained` folder (safetensors, config with `auto_map`, modeling code).
 
-    Everything is read, built and checked before anything is written. Returns the loaded model.
+    Everything is read, built and checked before anything is written. Returns the loaded model. `force` replaces
+    an earlier output (a folder of model files); never the checkpoint, a folder holding it, or the user's files.
     """
+    sources = [checkpoint, tokenizer, native_sidecar_path(checkpoint)]
+    check_output_apart(output_dir, sources, ConversionError, "output_dir")
+    check_output_folder(output_dir, force, ConversionError, "output_dir")
     check_writable(str(output_dir), ConversionError, "output_dir")
     model = load_native_checkpoint(checkpoint, num_attention_heads, overrides, dtype=dtype)
     try:  # the summary the CLI prints reads every field; a config it cannot print must not be written
@@ -193,7 +197,10 @@ def build_parser() -> FlagParser:
         "--dtype", default="float32", choices=[*DTYPES, "auto"],
         help="weights dtype of the folder (default float32: fp16 -> fp32 is lossless; auto keeps the checkpoint's)",
     )  # fmt: skip
-    parser.add_argument("--force", action="store_true", help="replace a non-empty OUTPUT_DIR")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace an earlier output in OUTPUT_DIR (a folder of model files; never the input or other files)",
+    )  # fmt: skip
     return parser
 
 
@@ -204,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if config_file is None and native_sidecar_path(args.checkpoint).is_file():
         config_file = native_sidecar_path(args.checkpoint)
         print(f"reading settings from {config_file} (written by `minimind-trl export --format native`; --set wins)")
+    check_output_apart(args.output_dir, [config_file], ConversionError, "output_dir")
     overrides = read_config_file(config_file) if config_file else {}
     overrides.update(parse_set_options(args.overrides))
     model = convert_checkpoint(

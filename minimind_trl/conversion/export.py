@@ -27,11 +27,18 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ..cli.flags import FlagParser
 from ..errors import ConversionError, ExportError
-from ..loading_utils import DTYPES, loading_info_problems, write_folder_atomically
+from ..loading_utils import (
+    DTYPES,
+    check_output_apart,
+    check_output_folder,
+    loading_info_problems,
+    write_folder_atomically,
+)
 from ..models.minimind.configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM, MiniMindRotaryEmbedding
 from ..trainer.run_safety import check_writable, os_error_line
-from .export_native import export_native
+from .export_gguf import check_gguf_output
+from .export_native import check_native_outputs, export_native
 from .export_source import TOKENIZER_FILES, load_minimind_folder
 from .native_config import native_sidecar_path
 
@@ -252,6 +259,11 @@ def verify_export(model: MiniMindForCausalLM, folder: str | Path, fmt: str, dtyp
         expected = reference.eval()(input_ids).logits
         got = exported.eval()(input_ids).logits
     diff = (got - expected).abs().max().item()
+    if not torch.isfinite(got).all() or not torch.isfinite(expected).all():
+        raise ExportError(
+            f"{folder}: the logits on a random probe are not finite (NaN or inf) in MiniMind or the exported "
+            f"{type(exported).__name__}; the weights or the dtype overflow (try --dtype float32)"
+        )
     if not diff <= VERIFY_ATOL:
         raise ExportError(
             f"{folder}: {type(exported).__name__} logits differ from MiniMind's by {diff:.3g} on a random probe "
@@ -282,7 +294,10 @@ def build_parser() -> FlagParser:
         "--tokenizer", default=None, metavar="DIR",
         help="tokenizer folder to include (default: MODEL_DIR's own); gguf needs one, the folders warn without",
     )  # fmt: skip
-    parser.add_argument("--force", action="store_true", help="replace an existing output")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace an earlier export at OUTPUT (never the input, a folder holding it, or other files)",
+    )  # fmt: skip
     parser.add_argument(
         "--no_verify", dest="verify", action="store_false",
         help="skip loading the export with transformers' class and comparing logits before it is moved into place",
@@ -294,6 +309,22 @@ NO_TOKENIZER_WARNING = (
     "warning: {model_dir} has no tokenizer ({files}), so {output} gets none: transformers' AutoTokenizer, vLLM, "
     "SGLang and llama.cpp's converter read it from the folder. Pass --tokenizer DIR to include one."
 )
+
+
+def check_output(args) -> None:
+    """Fail before the model loads when the output cannot be written: it is, holds or lies inside the input (the
+    model folder or --tokenizer), it exists without --force, --force would replace something this export does not
+    write, or its location is not writable."""
+    outputs = [args.output] + ([native_sidecar_path(args.output)] if args.fmt == "native" else [])
+    for output in outputs:
+        check_output_apart(output, [args.model_dir, args.tokenizer], ExportError)
+    if args.fmt == "native":
+        check_native_outputs(Path(args.output).absolute(), args.force)
+    elif args.fmt == "gguf":
+        check_gguf_output(Path(args.output).absolute(), args.force)
+    else:
+        check_output_folder(args.output, args.force, ExportError)
+    check_output_writable(args.output, args.fmt)
 
 
 def check_output_writable(output: str, fmt: str) -> None:
@@ -314,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.dtype == "q8_0" and args.fmt != "gguf":
         raise ExportError(f"--dtype q8_0 is a GGUF type; --format {args.fmt} takes {', '.join(DTYPES)} or auto")
-    check_output_writable(args.output, args.fmt)
+    check_output(args)
     model, tokenizer = load_minimind_folder(args.model_dir, args.tokenizer)
     if tokenizer is None and args.fmt == "gguf":
         raise ExportError(

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import ExportError
+from ..loading_utils import check_output_file
 from ..models.minimind.configuration_minimind import MINIMIND2, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from .export_native import _tmp_file
@@ -183,6 +184,16 @@ def _tensor_for(gguf, name: str, tensor: torch.Tensor, outtype: str):
     return gguf.quants.quantize(np.ascontiguousarray(array, dtype=np.float32), qtype), qtype
 
 
+def _is_gguf(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def check_gguf_output(output_path: str | Path, force: bool) -> None:
+    """The `.gguf` may be written: absent, or replaced with `force` only when it is a GGUF file."""
+    check_output_file(output_path, force, _is_gguf, "GGUF", ExportError)
+
+
 def export_gguf(
     model: MiniMindForCausalLM, output_path: str | Path, tokenizer, outtype: str = "f16", force: bool = False
 ) -> Path:
@@ -193,8 +204,7 @@ def export_gguf(
     if tokenizer is None:
         raise ExportError("--format gguf: no tokenizer given; a GGUF file carries its tokenizer (llama.cpp needs it)")
     output_path = Path(output_path).absolute()
-    if output_path.exists() and (output_path.is_dir() or not force):
-        raise ExportError(f"{output_path} exists (use --force to replace a file)")
+    check_gguf_output(output_path, force)
     config = model.config
     arch = gguf_architecture(config)
     tensors = gguf_tensors(model, arch)
@@ -254,4 +264,12 @@ def export_gguf(
     return output_path
 
 
-__all__ = ["GGUF_TYPES", "export_gguf", "gguf_architecture", "gguf_tensors", "permute_for_llama", "unpermute_for_llama"]
+__all__ = [
+    "GGUF_TYPES",
+    "check_gguf_output",
+    "export_gguf",
+    "gguf_architecture",
+    "gguf_tensors",
+    "permute_for_llama",
+    "unpermute_for_llama",
+]

@@ -8,12 +8,14 @@ upstream `MiniMindConfig` kwargs (`minimind-trl convert --config` and the GRPO c
 import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from ..errors import ExportError
+from ..loading_utils import check_output_file
 from ..models.minimind.configuration_minimind import MINIMIND2, UPSTREAM_YARN, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from .native_config import native_sidecar_path
@@ -118,11 +120,8 @@ def export_native(
 ) -> Path:
     """Write `model` as upstream's `.pth` (+ `<stem>.config.json` with its upstream config kwargs), atomically."""
     output_path = Path(output_path).absolute()
+    check_native_outputs(output_path, force, write_config)
     sidecar = native_sidecar_path(output_path)
-    targets = [output_path, sidecar] if write_config else [output_path]
-    for target in targets:
-        if target.exists() and (target.is_dir() or not force):
-            raise ExportError(f"{target} exists (use --force to replace a file)")
     state_dict = to_native_state_dict(model, dtype=dtype)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     written = []
@@ -143,6 +142,21 @@ def export_native(
     return output_path
 
 
+def _is_json_object(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def check_native_outputs(output_path: str | Path, force: bool, write_config: bool = True) -> None:
+    """The `.pth` (a `torch.save` archive) and its `<stem>.config.json` sidecar (a JSON object) may be written:
+    absent, or replaced with `force` only when they are what this export writes."""
+    check_output_file(output_path, force, zipfile.is_zipfile, "torch.save (.pth)", ExportError)
+    if write_config:
+        check_output_file(native_sidecar_path(output_path), force, _is_json_object, "JSON config", ExportError)
+
+
 def _tmp_file(target: Path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
     os.close(fd)
@@ -153,4 +167,4 @@ def _tmp_file(target: Path) -> Path:
 
 
 
-__all__ = ["export_native", "to_native_state_dict", "upstream_config_kwargs"]
+__all__ = ["check_native_outputs", "export_native", "to_native_state_dict", "upstream_config_kwargs"]

@@ -12,7 +12,7 @@ import os
 
 from ..cli.flags import FlagParser
 from ..errors import MergeError
-from ..loading_utils import DTYPES, write_folder_atomically
+from ..loading_utils import DTYPES, check_output_apart, check_output_folder, write_folder_atomically
 from ..trainer.run_safety import check_writable, os_error_line
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,8 @@ def merge_lora(
             base_model,
             recorded,
         )
+    check_output_apart(output_dir, [adapter_dir, base], MergeError, "output_dir")
+    check_output_folder(output_dir, force, MergeError, "output_dir")
     check_writable(output_dir, MergeError, "output_dir")
 
     model = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype])
@@ -104,7 +106,10 @@ def build_parser() -> FlagParser:
         "--base_model", help="base model folder or Hub id (default: the adapter's base_model_name_or_path)"
     )
     parser.add_argument("--dtype", default="float32", help="dtype to merge and save in (float32, bfloat16, float16)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output_dir")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace an earlier merge in output_dir (never the adapter, the base model or other files)",
+    )  # fmt: skip
     return parser
 
 

@@ -383,7 +383,7 @@ def test_cli_convert_errors_are_clear_and_leave_nothing(name, tmp_path, capsys):
     assert_no_leftovers(work)  # not even the parent folder it would have created
 
 
-def test_existing_output_needs_force_and_is_replaced_whole(tmp_path, capsys):
+def test_existing_output_needs_force_which_replaces_only_an_earlier_output(tmp_path, capsys):
     torch.save(_minimind2(tmp_path), tmp_path / "model.pth")
     output = tmp_path / "hf"
     output.mkdir()
@@ -393,6 +393,12 @@ def test_existing_output_needs_force_and_is_replaced_whole(tmp_path, capsys):
     assert [p.name for p in output.iterdir()] == ["keep.txt"]
 
     rc = cli(["convert", str(tmp_path / "model.pth"), str(output), "--num-attention-heads", "4", "--force"])
+    assert rc == 2 and "did not write (keep.txt)" in capsys.readouterr().err  # --force never deletes the user's files
+    assert [p.name for p in output.iterdir()] == ["keep.txt"]
+
+    (output / "keep.txt").unlink()
+    (output / "config.json").write_text("{}")  # an earlier output: replaced whole
+    rc = cli(["convert", str(tmp_path / "model.pth"), str(output), "--num-attention-heads", "4", "--force"])
     assert rc == 0
-    assert not (output / "keep.txt").exists() and (output / "model.safetensors").is_file()
+    assert (output / "model.safetensors").is_file() and json.loads((output / "config.json").read_text())
     assert_no_leftovers(tmp_path, ["model.pth", "hf"])
