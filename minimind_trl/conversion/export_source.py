@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ExportError
-from ..loading_utils import loading_info_problems, state_dict_problems
+from ..errors import ConversionError, ExportError
+from ..loading_utils import check_finite_weights, loading_info_problems, state_dict_problems
 from ..models.minimind.configuration_minimind import MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from ..models.minimind.tokenization_minimind import portable_tokenizer
@@ -42,9 +42,30 @@ def read_minimind_config(model_dir: Path) -> MiniMindConfig:
         model_type = data.get("model_type")
         raise ExportError(f"{path}: model_type is {model_type!r}, not 'minimind' (export reads MiniMind folders)")
     try:
-        return MiniMindConfig.from_pretrained(str(model_dir))
+        config = MiniMindConfig.from_pretrained(str(model_dir))
     except (ValueError, TypeError, KeyError) as exc:
         raise ExportError(f"{path}: invalid MiniMind config ({type(exc).__name__}: {exc})") from exc
+    check_config_values(config, path)
+    return config
+
+
+def check_config_values(config: MiniMindConfig, path: Path) -> None:
+    """The settings every format writes and no tensor shape checks, held to the rules `minimind-trl convert --set`
+    applies: a known activation (else a KeyError inside the model), positive `rms_norm_eps` and `rope_theta`, a
+    context of at least 2 tokens."""
+    from .native_config import check_option_value
+
+    values = {
+        "hidden_act": config.hidden_act,
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_parameters.get("rope_theta"),
+        "max_position_embeddings": config.max_position_embeddings,
+    }
+    for key, value in values.items():
+        try:
+            check_option_value(key, value)
+        except ConversionError as exc:
+            raise ExportError(f"{path}: {exc}") from exc
 
 
 def _safetensors_shapes(path: Path) -> dict[str, list[int]]:
@@ -126,8 +147,9 @@ def load_minimind_folder(
     problems = loading_info_problems(info)
     if problems:
         raise ExportError(f"{model_dir}: the weights do not match the config: {problems}")
+    check_finite_weights(model.state_dict(), str(model_dir), ExportError)  # one check for every format
     return model.eval(), tokenizer
 
 
-__all__ = ["TOKENIZER_FILES", "WEIGHT_FILES", "check_weight_files", "load_minimind_folder", "load_tokenizer",
-           "read_minimind_config"]  # fmt: skip
+__all__ = ["TOKENIZER_FILES", "WEIGHT_FILES", "check_config_values", "check_weight_files", "load_minimind_folder",
+           "load_tokenizer", "read_minimind_config"]  # fmt: skip

@@ -79,7 +79,9 @@ def check_option_value(key: str, value):
     """`value` as `MiniMindConfig` takes it for `key` (ints stay ints, numbers become floats), or a ConversionError."""
     from transformers.activations import ACT2FN
 
-    if key in _POSITIVE_INTS:
+    if key == "max_position_embeddings":  # a context of one token cannot condition on anything
+        ok, wanted = _is_int(value) and value >= 2, "an integer of at least 2 (the context length in tokens)"
+    elif key in _POSITIVE_INTS:
         ok, wanted = _is_int(value) and value > 0, "a positive integer"
     elif key == "n_shared_experts":
         ok, wanted = _is_int(value) and value >= 0, "a non-negative integer"

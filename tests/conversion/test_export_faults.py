@@ -79,6 +79,20 @@ FAULTS = {
         "model.safetensors",
         "do not fit config.json: missing keys (9): model.layers.2.",
     ),
+    "unknown activation": (
+        lambda f: edit_config(f, hidden_act="swishy"), "config.json", "hidden_act='swishy': expected one of"
+    ),
+    "zero rms_norm_eps": (lambda f: edit_config(f, rms_norm_eps=0.0), "config.json", "rms_norm_eps=0.0: expected a pos"),
+    "negative rope_theta": (
+        lambda f: edit_config(f, rope_parameters={"rope_type": "default", "rope_theta": -1.0}),
+        "config.json",
+        "rope_theta=-1.0: expected a positive number",
+    ),
+    "context of one token": (
+        lambda f: edit_config(f, max_position_embeddings=1),
+        "config.json",
+        "max_position_embeddings=1: expected an integer of at least 2",
+    ),
 }
 
 
@@ -92,6 +106,27 @@ def test_a_damaged_source_folder_is_one_line_naming_the_file(good, tmp_path, cap
     assert rc == 2
     assert f"{folder / file}" in err and fragment in err, err
     assert not (tmp_path / "out").exists()
+
+
+def poison(folder):
+    """One NaN and one inf in the saved weights, as a diverged or fp16-overflowed run leaves them."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.0.mlp.up_proj.weight"][0, 0] = float("nan")
+    tensors["model.norm.weight"][1] = float("inf")
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("fmt, output", [("native", "out.pth"), ("gguf", "out.gguf"), ("llama", "out")])
+def test_non_finite_weights_are_refused_with_one_message_for_every_format(good, tmp_path, capsys, fmt, output):
+    folder = copy_of(good, tmp_path)
+    poison(folder)
+    rc, err = run_export(capsys, folder, tmp_path / output, "--format", fmt)
+    assert rc == 2, err
+    assert f"{folder}: NaN or infinite values in model.layers.0.mlp.up_proj.weight (1 of 2048), model.norm.weight" in err
+    assert "the weights are broken" in err and "router" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
 @pytest.mark.parametrize("fmt, output", [("native", "out.pth"), ("gguf", "out.gguf"), ("qwen3", "out")])
