@@ -88,6 +88,8 @@ def unsupported_settings(config: GenerationConfig) -> list[str]:
         problems.append(f"top_p={config.top_p}")
     if config.min_p is not None:
         problems.append(f"min_p={config.min_p}")
+    if config.top_k is not None and config.top_k < 0:  # stock `generate` refuses it (reached by falling back)
+        problems.append(f"top_k={config.top_k}")
     if config.repetition_penalty not in (None, 1.0):
         problems.append(f"repetition_penalty={config.repetition_penalty}")
     if config.cache_implementation not in (None, "dynamic"):

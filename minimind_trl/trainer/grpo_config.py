@@ -3,16 +3,19 @@ MiniMind's GRPO needs. Each field documents the upstream flag it stands for.
 """
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..errors import RecipeError
+from ..errors import RecipeError, RewardSpecError
 from ..generations import get_generation, render_generations_table
 from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
 from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION
 from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
+
+SAMPLING_WEIGHTS_DTYPES = ("auto", "bfloat16", "float16")  # or None
 
 
 @dataclass
@@ -104,7 +107,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         temperature (`float`, defaults to `0.8`): upstream's hard-coded sampling temperature.
         top_k (`int`, defaults to `50`): upstream never sets it, so it sampled with the transformers 4.x
             generation default `top_k=50` (`top_p=1.0`, which is also TRL's default). TRL's default is `0`
-            (disabled); set `top_k: 0` for plain temperature sampling.
+            (disabled); set `top_k: 0` for plain temperature sampling. `-1` (vLLM's "disabled") is taken as `0`,
+            so the lean sampler, stock `generate` and vLLM all sample the whole vocabulary; below -1 is refused.
         top_p (`float`, defaults to `1.0`): TRL's default, and the transformers 4.x default the seed sampled with.
         beta (`float`, defaults to `0.02`): seed `--beta`, the weight of the k3 KL to the frozen reference.
         loss_type (`str`, defaults to `"grpo"`): one of TRL's loss types (computed by TRL's own code) or a policy
@@ -184,8 +188,7 @@ class MiniMindGRPOConfig(GRPOConfig):
             "help": "Decode rollouts with GEMM weights in this dtype, packed from the policy every generation "
             "('auto': bfloat16 with bf16: true where the MiniMind decode kernel applies, else the policy's dtype; "
             "None: the policy's dtype). Halves the bytes read per decoding step. The loss still scores the real "
-            "weights.",
-            "choices": [None, "auto", "bfloat16", "float16"],
+            "weights. One of auto, bfloat16, float16, None.",
         },
     )
     save_native_pth: bool = field(
@@ -251,7 +254,8 @@ class MiniMindGRPOConfig(GRPOConfig):
     top_k: int = field(
         default=50,
         metadata={
-            "help": "Top-k sampling; 50 is what upstream implicitly used (transformers 4.x default). 0 disables."
+            "help": "Top-k sampling; 50 is what upstream implicitly used (transformers 4.x default). 0 disables "
+            "(-1 too, vLLM's spelling: it becomes 0, so every sampler reads the same value)."
         },
     )
     beta: float = field(default=0.02, metadata={"help": "Weight of the k3 KL to the reference model (upstream: 0.02)."})
@@ -280,6 +284,7 @@ class MiniMindGRPOConfig(GRPOConfig):
             self.lr_scheduler_kwargs = {"min_lr_rate": 0.1}
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = 1
+        self._check_sampling_and_weights()
         super().__post_init__()
 
         if self.temperature is None or not self.temperature > 0 or self.temperature == float("inf"):
@@ -353,6 +358,27 @@ class MiniMindGRPOConfig(GRPOConfig):
                 "would be biased. Set tempered_logprobs=True or vllm_importance_sampling_correction=False."
             )
 
+    def _check_sampling_and_weights(self):
+        """Values the CLI, recipes and the Python API all pass through here (a recipe skips argparse's checks):
+        finite reward weights, a known sampling dtype, one meaning of `top_k`."""
+        weights = self.reward_weights
+        if weights is not None and not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
+            raise RewardSpecError(
+                f"reward_weights must be finite numbers, got {list(weights)}: a NaN or infinite weight turns every "
+                "reward, advantage and gradient into 0 or NaN, so nothing would be learned"
+            )
+        if isinstance(self.sampling_weights_dtype, str) and self.sampling_weights_dtype.lower() == "none":
+            self.sampling_weights_dtype = None  # the command line's spelling of None
+        if self.sampling_weights_dtype is not None and self.sampling_weights_dtype not in SAMPLING_WEIGHTS_DTYPES:
+            raise RecipeError(
+                f"sampling_weights_dtype must be one of {', '.join(SAMPLING_WEIGHTS_DTYPES)} or None (the policy's "
+                f"dtype), got {self.sampling_weights_dtype!r}"
+            )
+        if self.top_k is not None and self.top_k == -1:
+            self.top_k = 0  # vLLM's "disabled"; stock `generate` refuses -1 and the lean sampler would read it as 0
+        if self.top_k is not None and self.top_k < 0:
+            raise RecipeError(f"top_k must be 0 (or -1: disabled) or a positive number of tokens, got {self.top_k}")
+
 
 def _require_deepspeed_extra(args: MiniMindGRPOConfig) -> None:
     """ZeRO (`accelerate launch` with a DeepSpeed config, or `deepspeed:`) without DeepSpeed installed: one line naming
@@ -370,4 +396,4 @@ MiniMindGRPOConfig.__doc__ += f"""
 
 {render_generations_table()}"""
 
-__all__ = ["MiniMindGRPOConfig"]
+__all__ = ["MiniMindGRPOConfig", "SAMPLING_WEIGHTS_DTYPES"]
