@@ -10,8 +10,13 @@ configured estimator's, on the kept groups' rewards.
 
 The refill prompts depend only on `seed`, the optimizer step and the generation's index within it, so a resumed
 run draws exactly what the uninterrupted run drew.
+
+Every round is logged (INFO), and a step that needs more than `WARN_AFTER_ROUNDS` rounds warns (again each time
+the count doubles): with a constant reward and a large `max_resample_rounds` no step would end for a long time,
+and the user should see why nothing moves.
 """
 
+import logging
 import zlib
 
 import torch
@@ -22,6 +27,9 @@ from .advantages import zero_spread_rows
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")  # left-padded
 COMPLETION_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps")  # right
 RECOMPUTED_KEYS = ("advantages", "num_items_in_batch")
+WARN_AFTER_ROUNDS = 3
+
+logger = logging.getLogger(__name__)
 
 
 def refill_rows(dataset, num_groups: int, num_generations: int, local: slice, seed: int, key: tuple) -> list[dict]:
@@ -72,6 +80,24 @@ def merge_rounds(outputs: list[dict], row_round: torch.Tensor, pad_token_id: int
     return merged
 
 
+def _log_round(trainer, step: int, round_number: int, pending: int, groups: int) -> None:
+    """Say that round `round_number` is about to be generated, and warn when a step needs many (main process)."""
+    if not trainer.accelerator.is_main_process:
+        return
+    cap = trainer.args.max_resample_rounds
+    logger.info(
+        "dynamic sampling, step %d: resample round %d of at most %d (%d of %d groups still without spread)",
+        step, round_number, cap, pending, groups,
+    )  # fmt: skip
+    power_of_two = round_number & (round_number - 1) == 0
+    if round_number == WARN_AFTER_ROUNDS + 1 or (round_number > WARN_AFTER_ROUNDS and power_of_two):
+        logger.warning(
+            "dynamic sampling: step %d needs resample round %d (of at most max_resample_rounds=%d): %d of %d groups "
+            "still got the same reward for every completion (a constant or saturated reward?); each round generates "
+            "a whole batch, so the step takes that much longer. Lower max_resample_rounds or check the rewards.",
+            step, round_number, cap, pending, groups,
+        )  # fmt: skip
+
 
 def refill(trainer, inputs) -> tuple[dict, torch.Tensor]:
     """`trainer`'s generation batch for `inputs` (this process's rows) with its groups without spread replaced,
@@ -94,6 +120,7 @@ def refill(trainer, inputs) -> tuple[dict, torch.Tensor]:
     no_spread_groups = [no_spread_groups_of(rounds[0][1])]
     pending = no_spread_groups[0].clone()
     while bool(pending.any()) and len(rounds) <= trainer.args.max_resample_rounds:
+        _log_round(trainer, step + 1, len(rounds), int(pending.sum()), pending.numel())
         round_key = (*key, len(rounds))
         rows = refill_rows(trainer.train_dataset, num_groups, num_generations, local, trainer.args.seed, round_key)
         rounds.append(trainer._scored(rows, "train"))

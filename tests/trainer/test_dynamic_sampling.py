@@ -1,6 +1,7 @@
 """Dynamic sampling: groups without spread are replaced by groups drawn for further prompts, within the cap,
 through accumulation, resume and 2 processes."""
 
+import logging
 import zlib
 
 import pytest
@@ -286,3 +287,21 @@ def test_two_processes_refill_a_group_that_spans_them(tmp_path):
     logs = finals[0]["logs"]
     assert len(logs) == 4 and all(entry["dynamic_sampling/zero_spread_after"] == 0 for entry in logs)
     assert sum(entry["dynamic_sampling/extra_completions"] for entry in logs) >= 8 * refilled
+
+
+def test_every_round_is_logged_and_a_step_needing_many_warns(tokenizer, tmp_path, caplog):
+    """A constant reward never gets spread: each round says so, and past a few rounds the step warns, so a run
+    stuck refilling shows why nothing moves."""
+    seen = []
+    trainer = build(tokenizer, tmp_path, DEAD, seen, max_resample_rounds=9)
+    trainer.model.train()
+    with caplog.at_level(logging.INFO, logger="minimind_trl.trainer.dynamic_sampling"):
+        trainer._generate_and_score_completions(dead_batch())
+    assert len(seen) == 10
+    rounds = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    numbers = [message.split("resample round ")[1].split(" ")[0] for message in rounds]
+    assert numbers == [str(n) for n in range(1, 10)]
+    assert "step 1: resample round 1 of at most 9 (2 of 2 groups still without spread)" in rounds[0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [message.split("needs resample round ")[1].split(" ")[0] for message in warnings] == ["4", "8"]
+    assert "max_resample_rounds=9" in warnings[0] and "2 of 2 groups" in warnings[0]
