@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import RewardSpecError
-from ..loading_utils import import_object, whole_model_loading
+from ..loading_utils import import_object, looks_local, whole_model_loading
 from .minimind3_rewards import AnswerRewardModelReward, length, repetition_penalty, think_close_count, thinking_length
 from .reward_model import RewardModelReward
 from .rule_rewards import format_reward, tag_count_reward
@@ -44,14 +44,18 @@ class RewardEntry:
 # --------------------------------------------------------------------------- the reward model
 
 
-def read_reward_model_config(name_or_path: str, revision: str = "main") -> dict:
-    """The reward model's `config.json` (a local folder, or fetched alone from the Hub)."""
+def read_reward_model_config(
+    name_or_path: str, revision: str = "main", what: str = "reward_model_name_or_path"
+) -> dict:
+    """The reward model's `config.json` (a local folder, or fetched alone from the Hub); errors start with `what`."""
     if os.path.isdir(name_or_path):
         path = os.path.join(name_or_path, "config.json")
         if not os.path.isfile(path):
-            raise RewardSpecError(f"reward_model_name_or_path: {name_or_path} has no config.json (not a model folder)")
-    elif os.path.exists(name_or_path) or name_or_path.startswith((".", "/", "~")):
-        raise RewardSpecError(f"reward_model_name_or_path: {name_or_path} is not a model folder")
+            raise RewardSpecError(f"{what}: {name_or_path} has no config.json (not a model folder)")
+    elif os.path.exists(name_or_path):
+        raise RewardSpecError(f"{what}: {name_or_path} is not a model folder")
+    elif looks_local(name_or_path):
+        raise RewardSpecError(f"{what}: {name_or_path} does not exist (a local path; Hub ids look like 'owner/name')")
     else:
         from huggingface_hub import constants, hf_hub_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -59,21 +63,21 @@ def read_reward_model_config(name_or_path: str, revision: str = "main") -> dict:
         try:
             path = hf_hub_download(name_or_path, "config.json", revision=revision)
         except LocalEntryNotFoundError as exc:  # offline or no network, and not in the cache
-            raise RewardSpecError(_unreachable_message(name_or_path, exc, constants.is_offline_mode())) from exc
+            raise RewardSpecError(_unreachable_message(name_or_path, exc, constants.is_offline_mode(), what)) from exc
         except Exception as exc:  # missing repo, gated, no config.json: all end here with the reason
-            raise RewardSpecError(
-                f"reward_model_name_or_path: cannot read config.json of {name_or_path}: {exc}"
-            ) from exc
+            raise RewardSpecError(f"{what}: cannot read config.json of {name_or_path}: {exc}") from exc
     with open(path) as f:
         return json.load(f)
 
 
-def _unreachable_message(name_or_path: str, exc: Exception, offline: bool) -> str:
+def _unreachable_message(
+    name_or_path: str, exc: Exception, offline: bool, what: str = "reward_model_name_or_path"
+) -> str:
     """A path that is neither a local folder nor reachable on the Hub: `models/rm` looks like a Hub id
     `owner/name`, so huggingface_hub's "check your connection" would hide the likelier mistyped local path."""
     why = "offline mode, HF_HUB_OFFLINE=1" if offline else f"the Hub cannot be reached: {exc.__cause__ or exc}"
     return (
-        f"reward_model_name_or_path: {name_or_path} is not a local folder (nothing at "
+        f"{what}: {name_or_path} is not a local folder (nothing at "
         f"{os.path.abspath(os.path.expanduser(name_or_path))}) and is not reachable as a Hub id either ({why}, and "
         "it is not in the local Hub cache); check the path (relative paths start at the working directory)"
     )

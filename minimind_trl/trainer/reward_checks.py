@@ -19,6 +19,14 @@ def _missing_local_path(name: str) -> bool:
     return local and not os.path.exists(os.path.expanduser(name))
 
 
+def _check_hub_reward_model(name: str) -> None:
+    """A reward-model string that is not a local path must be readable as a Hub id (or from the Hub cache): a
+    relative path such as `models/rm` looks like `owner/name`, and TRL would blame the connection."""
+    from ..rewards.registry import read_reward_model_config
+
+    read_reward_model_config(name, what="reward_funcs: reward model")
+
+
 def check_trainer_arguments(model, reward_funcs) -> None:
     """`TypeError`s that say what is expected, before TRL reads (or looks up on the Hub) anything."""
     import torch.nn as nn
@@ -46,11 +54,44 @@ def check_trainer_arguments(model, reward_funcs) -> None:
             raise RewardSpecError(
                 f"reward_funcs: reward model {func} does not exist (a local path; Hub ids look like 'owner/name')"
             )
+        if isinstance(func, str) and not os.path.exists(os.path.expanduser(func)):
+            _check_hub_reward_model(func)
         if not (isinstance(func, (str, nn.Module)) or callable(func)):
             raise TypeError(
                 f"reward_funcs: {func!r} ({type(func).__name__}) is not a reward: expected a function returning one "
                 "number per completion, a reward model, or a reward model's path/Hub id"
             )
+
+
+def check_weighted_rewards(trainer, rewards_per_func) -> None:
+    """Finite rewards whose weighted sum is not (1e38 x weight 10 overflows float32): name the reward, its value
+    and its weight, where the advantages would only see an infinite score."""
+    import torch
+
+    weights = trainer.reward_weights.to(rewards_per_func.device, rewards_per_func.dtype)
+    weighted = rewards_per_func * weights.unsqueeze(0)
+    totals = weighted.nansum(dim=1)
+    bad = (~torch.isfinite(totals)).nonzero()
+    if not len(bad):
+        return
+    row = int(bad[0])
+    terms = [
+        f"{name} {rewards_per_func[row, i].item():.3g} x weight {weights[i].item():g}"
+        for i, name in enumerate(trainer.reward_func_names)
+        if not torch.isnan(rewards_per_func[row, i])
+    ]
+    raw_inf = [name for i, name in enumerate(trainer.reward_func_names) if torch.isinf(rewards_per_func[row, i])]
+    step = trainer.state.global_step + 1
+    if raw_inf:
+        raise RewardFunctionError(
+            f"reward {', '.join(raw_inf)} at step {step} returned an infinite score ({'; '.join(terms)}); rewards "
+            "must be finite"
+        )
+    raise RewardFunctionError(
+        f"at step {step} the weighted reward sum overflows {rewards_per_func.dtype} to {totals[row].item()}: "
+        f"{' + '.join(terms)} (reward_weights {weights.tolist()}); scale the reward or its weight down so that "
+        "every reward x weight, and their sum, stays finite"
+    )
 
 
 def reward_output_problem(output, expected: int) -> str | None:
@@ -119,4 +160,4 @@ def checked_reward_funcs(trainer, expected: int):
         trainer.reward_funcs = original
 
 
-__all__ = ["check_trainer_arguments", "checked_reward_funcs", "reward_output_problem"]
+__all__ = ["check_trainer_arguments", "check_weighted_rewards", "checked_reward_funcs", "reward_output_problem"]
