@@ -77,6 +77,7 @@ def build_from_plan(
         processing_class=tokenizer,
         callbacks=plan.callbacks + list(callbacks or []),
         peft_config=peft_config,
+        run_identity=plan.run_identity,
         run_card=run_card(
             script_args, training_args, model_args, policy.base_model, recipe or Recipe(), peft_config is not None
         ),

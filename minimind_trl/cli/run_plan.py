@@ -6,6 +6,7 @@ and the callbacks, and where a recipe that declares `upstream: <generation>` dep
 result, `RunPlan`, is what the building stage needs; nothing after it checks again.
 """
 
+import dataclasses
 import logging
 import os
 import re
@@ -17,6 +18,7 @@ from ..loading_utils import import_object
 from ..prompt_rendering import PromptRendering, check_rendering_settings
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
+from ..trainer.run_identity import normal_path, path_fingerprint
 from ..trainer.run_safety import (
     check_enough_prompts,
     check_output_dir,
@@ -117,6 +119,27 @@ def upstream_departures(script_args, training_args) -> list[str]:
     ]
 
 
+# Recipe options that do not change what a run trains (a resume may change them): evaluation, how the policy's
+# attention is computed, DDP's buffer handling and extra callbacks.
+RESUMABLE_OPTIONS = {"dataset_test_split", "attn_implementation", "ignore_bias_buffers", "callbacks"}
+LOCAL_SOURCES = ("model_name_or_path", "dataset_name", "tokenizer_name_or_path", "reward_model_name_or_path")
+
+
+def recipe_run_identity(script_args, model_args) -> dict:
+    """What the recipe says defines the run besides the training settings: data, rewards, reward model, policy and
+    tokenizer options (local paths resolved, the policy and reward model fingerprinted), for `minimind_run.json`."""
+    values = {}
+    for args in (script_args, model_args):
+        for item in dataclasses.fields(args):
+            if item.name not in RESUMABLE_OPTIONS:
+                values[item.name] = getattr(args, item.name)
+    for key in LOCAL_SOURCES:
+        values[key] = normal_path(values.get(key))
+    values["model_fingerprint"] = path_fingerprint(model_args.model_name_or_path)
+    values["reward_model_fingerprint"] = path_fingerprint(script_args.reward_model_name_or_path)
+    return values
+
+
 @dataclass
 class RunPlan:
     """What the checks established, for the building stage that follows."""
@@ -124,6 +147,7 @@ class RunPlan:
     resume_from_checkpoint: str | None
     callbacks: list
     upstream_departures: list[str] = field(default_factory=list)
+    run_identity: dict = field(default_factory=dict)
 
 
 def check_run(script_args, training_args, model_args, check_data: bool = True) -> RunPlan:
@@ -155,9 +179,11 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     if training_args.should_save:
         check_writable(training_args.output_dir)
         check_output_dir_free(training_args.output_dir)
-    check_output_dir(training_args.output_dir, resume is not None, training_args.overwrite_output_dir)
+    policy = model_args.model_name_or_path
+    check_output_dir(training_args.output_dir, resume is not None, training_args.overwrite_output_dir, policy)
+    identity = recipe_run_identity(script_args, model_args)
     if resume is not None:
-        check_resume_checkpoint(resume, training_args)  # first: names a damaged minimind_run.json
+        check_resume_checkpoint(resume, training_args, identity)  # first: names a damaged minimind_run.json
         check_resume_geometry(resume, training_args)
     check_generation_alignment(training_args)
     if local_sources_only(script_args, model_args):  # nothing here needs the Hub: no usage ping either
@@ -168,7 +194,7 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
         logger.warning(
             "this run follows %s except in %d setting(s):\n  %s", title, len(departures), "\n  ".join(departures)
         )
-    return RunPlan(resume, load_callbacks(script_args.callbacks), departures)
+    return RunPlan(resume, load_callbacks(script_args.callbacks), departures, identity)
 
 
 __all__ = [
@@ -181,4 +207,5 @@ __all__ = [
     "looks_like_hub_dataset",
     "prompt_rendering",
     "upstream_departures",
+    "recipe_run_identity",
 ]

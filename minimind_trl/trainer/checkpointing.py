@@ -184,7 +184,12 @@ def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
     try:
         saved = BatchGeometry(**{key: info[key] for key in BatchGeometry.__dataclass_fields__})
     except (KeyError, TypeError) as exc:
-        raise ResumeError(f"{path} does not describe a run's batch geometry ({exc}); resume from another checkpoint")
+        if getattr(args, "accept_inexact_resume", False):
+            return None  # a foreign record, accepted unchecked (`run_safety.read_run_info` warned)
+        raise ResumeError(
+            f"{path} does not describe a run's batch geometry (missing {exc}); resume from another checkpoint, or "
+            "pass --accept_inexact_resume true to continue unchecked"
+        ) from None
     now = BatchGeometry.from_args(args)
     if saved.generation_batch_size != now.generation_batch_size or saved.global_batch_size != now.global_batch_size:
         per_device = saved.global_batch_size / (now.world_size * now.gradient_accumulation_steps)

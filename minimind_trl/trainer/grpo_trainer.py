@@ -40,7 +40,8 @@ from .checkpointing import (
     without_tied_keys,
     write_native_weights,
 )
-from .reward_checks import check_trainer_arguments, checked_reward_funcs
+from .reward_checks import check_trainer_arguments, check_weighted_rewards, checked_reward_funcs
+from .run_identity import model_source, trainer_run_identity
 from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
 from .fast_sampling import FastSampler
@@ -59,7 +60,9 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     Takes `GRPOTrainer`'s arguments; `args` must be a [`MiniMindGRPOConfig`]. `model` may be a path, a Hub id
     or an in-memory model; for the latter the frozen reference is a copy of the object itself. `run_card`
     describes the run in the model card (`minimind-trl grpo` passes the recipe's); by default it is built from
-    the arguments given here.
+    the arguments given here. `run_identity` adds to (or corrects) what the trainer records as defining the run
+    (`run_identity.trainer_run_identity`: policy, tokenizer, rewards, data), which a resume must not change;
+    `minimind-trl grpo` adds the recipe's data and reward options.
     """
 
     _tag_names = ["trl", "grpo", "minimind"]
@@ -68,6 +71,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     _epoch_sampler = None
     _refill_step = None  # dynamic sampling: the optimizer step and generation count its refill prompts key on
     _refill_count = 0
+    _skipped_resume_state = frozenset()  # accept_inexact_resume: damaged or unsafe state files left unloaded
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         args: MiniMindGRPOConfig | None = None,
         *trl_args,
         run_card: RunCard | None = None,
+        run_identity: dict | None = None,
         **trl_kwargs,
     ):
         check_trainer_arguments(model, reward_funcs)
@@ -104,6 +109,11 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         self._past_eos_attended = False
         self._sampler = self._fast_sampler(args)
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
+        self._policy_source = model_source(model)
+        known = trainer_run_identity(
+            model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset
+        )
+        self.run_identity = {**known, **(run_identity or {})}
 
     # --- prompts and generation ------------------------------------------------------------------------
 
@@ -154,6 +164,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         with checked_reward_funcs(self, len(prompts)):  # one clear error naming the function and the step
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        check_weighted_rewards(self, rewards_per_func)  # finite rewards whose weighted sum overflows
         self._rewards_per_func = rewards_per_func  # gathered over processes; read back just below
         return rewards_per_func
 
@@ -407,10 +418,29 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        """TRL's training, holding the output folder; refuses another run's folder or an inexact resume
-        (see `run_safety.guarded_run`)."""
-        with guarded_run(self.args, resume_from_checkpoint, self.train_dataset):
-            return super().train(resume_from_checkpoint, *args, **kwargs)
+        """TRL's training, holding the output folder; refuses another run's folder, an output over the starting
+        policy, or a resume that is inexact or changes the run (see `run_safety.guarded_run`)."""
+        guard = guarded_run(
+            self.args, resume_from_checkpoint, self.train_dataset, self._policy_source, self.run_identity
+        )
+        with guard as skipped:
+            self._skipped_resume_state = frozenset(skipped)
+            try:
+                return super().train(resume_from_checkpoint, *args, **kwargs)
+            finally:
+                self._skipped_resume_state = frozenset()
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # accept_inexact_resume with a damaged or unsafe optimizer.pt/scheduler.pt: fresh state (warned), as the
+        # Trainer itself does when one of the two is missing
+        if checkpoint is not None and self._skipped_resume_state & {"optimizer.pt", "scheduler.pt"}:
+            return
+        super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rng_state(self, checkpoint):
+        if checkpoint is not None and any(name.startswith("rng_state") for name in self._skipped_resume_state):
+            return  # accept_inexact_resume with a damaged or unsafe RNG state: the seed's RNG (warned)
+        super()._load_rng_state(checkpoint)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """The Trainer's save, written into `<output_dir>/_staging/final` and then moved into place file by file
@@ -453,8 +483,12 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             self._staging_checkpoint = False
         if self.args.should_save:
             with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
-                run_info = {**asdict(BatchGeometry.from_args(self.args)), "recipe": recipe_settings(self.args)}
-                json.dump(run_info, f, indent=2)
+                run_info = {
+                    **asdict(BatchGeometry.from_args(self.args)),
+                    "recipe": recipe_settings(self.args),
+                    "run": self.run_identity,
+                }
+                json.dump(run_info, f, indent=2, default=str)
             if self.args.save_native_pth:  # upstream wrote its .pth at every save
                 write_native_weights(staged)
 

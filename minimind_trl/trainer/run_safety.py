@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 from ..errors import MiniMindTRLError, OutputDirError, ResumeError
 from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint
+from .run_identity import changed_keys
 
 try:
     import fcntl
@@ -53,6 +54,8 @@ RESUMABLE_SETTINGS = re.compile(
     r"gradient_checkpointing.*|activation_checkpointing.*|disable_tqdm|num_completions_to_print|local_rank|"
     r"use_cpu|torch_empty_cache_steps|include_.*|skip_memory_metrics|ignore_data_skip|model_init_kwargs|upstream)$"
 )
+
+UNSAFE = "unsafe: "  # how `_unreadable` marks a file a safe load refuses (a pickle that would run code)
 
 _held: dict[str, list] = {}  # realpath -> [open lock file, depth]: the lock is re-entrant within a process
 
@@ -155,14 +158,46 @@ def old_checkpoints(output_dir: str) -> list[str]:
     return sorted(names, key=lambda name: int(name.split("-")[1]))
 
 
-def check_output_dir(output_dir: str, resuming: bool, overwrite: bool) -> None:
-    """A new run must not mix its checkpoints with another run's (a later `resume last` would continue that one)."""
+def finished_model(output_dir: str) -> list[str]:
+    """The files of a saved model at the top of `output_dir` (`config.json` and weights), or []."""
+    if not os.path.isfile(os.path.join(output_dir, "config.json")):
+        return []
+    weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(output_dir, name))]
+    return ["config.json", *weights] if weights else []
+
+
+def check_policy_not_output(policy: str | None, output_dir: str) -> None:
+    """The starting policy must survive the run: not the output folder itself (the final save replaces its
+    weights), nor inside a `checkpoint-N` or `_staging` folder of it (rotated or cleared by the run)."""
+    if not policy or not os.path.exists(os.path.expanduser(policy)):
+        return
+    out = os.path.realpath(output_dir)
+    source = os.path.realpath(os.path.expanduser(policy))
+    inside = os.path.relpath(source, out).split(os.sep)[0] if source.startswith(out + os.sep) else None
+    if source == out or (inside is not None and (CHECKPOINT_DIR.match(inside) or inside == STAGING_DIR)):
+        where = "is" if source == out else "lies inside a checkpoint folder of"
+        raise OutputDirError(
+            f"model_name_or_path {policy} {where} output_dir {output_dir}: the run would overwrite or delete the "
+            "model it starts from (and its KL reference), even with overwrite_output_dir. Pick another output_dir."
+        )
+
+
+def check_output_dir(output_dir: str, resuming: bool, overwrite: bool, policy: str | None = None) -> None:
+    """A new run must not mix its checkpoints with another run's (a later `resume last` would continue that one),
+    replace a finished model without being told to, or write over the policy it starts from."""
+    check_policy_not_output(policy, output_dir)
     found = old_checkpoints(output_dir)
     if found and not resuming and not overwrite:
         raise OutputDirError(
             f"output_dir {output_dir} holds another run's checkpoints ({', '.join(found)}); a new run would replace "
             "some of them and keep the others. Continue that run with --resume_from_checkpoint last, start over "
             "with --overwrite_output_dir true (deletes them), or pick another output_dir."
+        )
+    model_files = finished_model(output_dir)
+    if model_files and not resuming and not overwrite:
+        raise OutputDirError(
+            f"output_dir {output_dir} holds a finished model ({', '.join(model_files)}); a new run would replace it. "
+            "Start over with --overwrite_output_dir true (replaces it), or pick another output_dir."
         )
 
 
@@ -209,6 +244,7 @@ def _unreadable(path: str) -> str | None:
                 return f"truncated ({os.path.getsize(path)} bytes, the header describes {8 + header_size + end})"
         elif path.endswith((".pt", ".pth", ".bin")):
             zipfile.ZipFile(path).close()
+            return _unsafe_to_load(path)
         elif path.endswith(".json"):
             with open(path, encoding="utf-8") as f:
                 json.load(f)
@@ -217,17 +253,79 @@ def _unreadable(path: str) -> str | None:
     return None
 
 
-def check_resume_checkpoint(checkpoint: str, args) -> None:
-    """Refuse a checkpoint that is damaged, incomplete for an exact resume, or written by a different recipe."""
-    info_path = os.path.join(checkpoint, RUN_INFO_NAME)
-    for name in ("trainer_state.json", RUN_INFO_NAME):
-        path = os.path.join(checkpoint, name)
-        if os.path.isfile(path) and (problem := _unreadable(path)):
-            raise ResumeError(f"{path} is {problem}; resume from an earlier checkpoint")
-    info = {}
-    if os.path.isfile(info_path):
-        with open(info_path, encoding="utf-8") as f:
+def _unsafe_to_load(path: str) -> str | None:
+    """Why `torch.load(weights_only=True)` (the Trainer's load, numpy allowed as transformers allows it) refuses
+    the file, or None. The data is memory-mapped, not read; a pickle that would run code is named as unsafe."""
+    import pickle
+
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    try:
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL (\S+)", str(exc))
+        detail = f", it calls {found.group(1)}" if found else ""
+        return f"{UNSAFE}a pickle that would run code when loaded{detail}; refused, never loaded"
+    except Exception as exc:  # truncated records, not a torch file: the name and the reason, not a traceback
+        return f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def _not_a_run_record(info) -> str | None:
+    """Why a parsed `minimind_run.json` is not one this package writes (a foreign or hand-edited file), or None."""
+    if not isinstance(info, dict):
+        return f"a JSON {type(info).__name__}, not an object"
+    for key in ("recipe", "run"):
+        if key in info and not isinstance(info[key], dict):
+            return f"its {key!r} is a {type(info[key]).__name__}, not an object"
+    for key in ("world_size", "per_device_train_batch_size", "generation_batch_size"):
+        if not isinstance(info.get(key), int) or isinstance(info.get(key), bool):
+            return f"no integer {key!r}"
+    return None
+
+
+def read_run_info(checkpoint: str, accept_unchecked: bool) -> dict | None:
+    """The checkpoint's run record, or None when there is none (stock TRL) or it is foreign and
+    `accept_unchecked` (accept_inexact_resume) says to resume anyway, with a warning that nothing was checked."""
+    path = os.path.join(checkpoint, RUN_INFO_NAME)
+    if os.path.isfile(path) and (problem := _unreadable(path)):
+        raise ResumeError(f"{path} is {problem}; resume from an earlier checkpoint")
+    problem = None
+    if not os.path.isfile(path):
+        problem = f"has no {RUN_INFO_NAME} (not written by minimind-trl, e.g. by stock TRL)"
+    else:
+        with open(path, encoding="utf-8") as f:
             info = json.load(f)
+        if (why := _not_a_run_record(info)) is None:
+            return info
+        problem = f"has a {RUN_INFO_NAME} that is not minimind-trl's run record ({why})"
+    if not accept_unchecked:
+        raise ResumeError(
+            f"{checkpoint} {problem}, so nothing checks that this resume continues the same run (settings, data, "
+            "rewards, model, batch split). Resume a checkpoint of this run, or pass --accept_inexact_resume true to "
+            "continue unchecked."
+        )
+    logger.warning(
+        "accept_inexact_resume: %s %s; NOTHING was checked (settings, data, rewards, model, batch split): the run "
+        "continues whatever this command says, which may not be the run that wrote the checkpoint",
+        checkpoint,
+        problem,
+    )
+    return None
+
+
+def check_resume_checkpoint(checkpoint: str, args, run_identity: dict | None = None) -> list[str]:
+    """Refuse a checkpoint that is damaged, incomplete for an exact resume, or written by a different run: other
+    training settings (`recipe_settings`) or another policy, tokenizer, rewards or data (`run_identity`, see
+    `run_identity.py`). Returns the state files an accepted inexact resume must not load (damaged or unsafe)."""
+    accept = getattr(args, "accept_inexact_resume", False)
+    path = os.path.join(checkpoint, "trainer_state.json")
+    if os.path.isfile(path) and (problem := _unreadable(path)):
+        raise ResumeError(f"{path} is {problem}; resume from an earlier checkpoint")
+    record = read_run_info(checkpoint, accept)
+    info = record or {}
 
     weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(checkpoint, name))]
     deepspeed = "DEEPSPEED" in str(info.get("distributed_type", "")) or os.path.isfile(
@@ -246,36 +344,67 @@ def check_resume_checkpoint(checkpoint: str, args) -> None:
     world_size = int(info.get("world_size", 1))
     needed += ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
-    damaged = [
-        f"{name} ({problem})"
+    problems = {
+        name: problem
         for name in needed
         if name not in missing and name != "latest" and (problem := _unreadable(os.path.join(checkpoint, name)))
-    ]
-    if missing or damaged:
+    }
+    unsafe = [f"{name} ({why.removeprefix(UNSAFE)})" for name, why in problems.items() if why.startswith(UNSAFE)]
+    damaged = [f"{name} ({why})" for name, why in problems.items() if not why.startswith(UNSAFE)]
+    if missing or damaged or unsafe:
         parts = [f"missing {', '.join(missing)}"] if missing else []
         parts += [f"damaged {', '.join(damaged)}"] if damaged else []
+        parts += [f"unsafe {', '.join(unsafe)}"] if unsafe else []
         what = "; ".join(parts)
-        if not getattr(args, "accept_inexact_resume", False):
+        if not accept:
+            kind = "incomplete for an exact resume" if missing or damaged else "unsafe to resume"
             raise ResumeError(
-                f"{checkpoint} is incomplete for an exact resume: {what}. Resume from another checkpoint, or pass "
-                "--accept_inexact_resume true to continue with fresh optimizer/scheduler/RNG state (the result will "
-                "differ from an uninterrupted run)."
+                f"{checkpoint} is {kind}: {what}. Resume from another checkpoint, or pass "
+                "--accept_inexact_resume true to continue without that state, never loading it (fresh optimizer/"
+                "scheduler/RNG state: the result will differ from an uninterrupted run)."
             )
         logger.warning(
-            "accept_inexact_resume: resuming %s although %s; the run is not an exact continuation", checkpoint, what
+            "accept_inexact_resume: resuming %s although %s; that state is not loaded (fresh instead) and the run is "
+            "not an exact continuation",
+            checkpoint,
+            what,
+        )
+    if record is not None:
+        check_same_run(checkpoint, record, args, run_identity)
+    return sorted(problems)
+
+
+def check_same_run(checkpoint: str, record: dict, args, run_identity: dict | None) -> None:
+    """Refuse a resume whose training settings or run identity (policy, tokenizer, rewards, data) differ from the
+    checkpoint's record, listing every changed key."""
+    saved_settings, now_settings = record.get("recipe"), recipe_settings(args)
+    changed = [] if saved_settings is None else changed_keys(saved_settings, now_settings)
+    details = [f"{key}: {saved_settings[key]!r} -> {now_settings[key]!r}" for key in changed]
+    saved_run = record.get("run")
+    if run_identity is not None and saved_run is not None:
+        now_run = json.loads(json.dumps(run_identity, default=str))
+        changed_run = changed_keys(saved_run, now_run)
+        details += [f"{key}: {_short(saved_run[key])} -> {_short(now_run[key])}" for key in changed_run]
+        changed += changed_run
+    elif run_identity is not None:
+        logger.warning(
+            "%s was written by an older minimind-trl that did not record the run's policy, tokenizer, rewards and "
+            "data: only the training settings were checked; make sure those are the ones it was trained with",
+            checkpoint,
+        )
+    if changed:
+        shown = ", ".join(details[:8]) + (f", ... ({len(details) - 8} more)" if len(details) > 8 else "")
+        raise ResumeError(
+            f"{checkpoint} was written by a run with other settings ({shown}); changed: {', '.join(changed)}. A resume "
+            "continues the same run (only logging, where files go, max_steps and the batch split may change). "
+            "Restore them, or start a new run in another output_dir (initialised from the checkpoint's weights if "
+            "you want them)."
         )
 
-    saved = info.get("recipe")
-    if saved is not None:
-        now = recipe_settings(args)
-        changed = sorted(key for key in saved.keys() & now.keys() if saved[key] != now[key])
-        if changed:
-            details = ", ".join(f"{key}: {saved[key]!r} -> {now[key]!r}" for key in changed[:6])
-            raise ResumeError(
-                f"{checkpoint} was written by a run with other settings ({details}); a resume continues the same "
-                "recipe. Restore them, or start a new run in another output_dir (initialised from the checkpoint's "
-                "weights if you want them)."
-            )
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def save_staged(trainer, final: str, save) -> None:
@@ -295,22 +424,25 @@ def save_staged(trainer, final: str, save) -> None:
 
 
 @contextmanager
-def guarded_run(args, resume_from_checkpoint, train_dataset=None):
+def guarded_run(args, resume_from_checkpoint, train_dataset=None, policy=None, run_identity=None):
     """Around `Trainer.train`: refuse a dataset too small for one step, hold the output folder (saving process),
-    refuse what would mix or inexactly continue runs, and clear the old checkpoints `overwrite_output_dir` asked
-    to replace."""
+    refuse what would mix or inexactly continue runs or write over the starting `policy`, and clear the old
+    checkpoints `overwrite_output_dir` asked to replace. Yields the checkpoint's state files an accepted inexact
+    resume must not load."""
     if train_dataset is not None and hasattr(train_dataset, "__len__"):
         check_enough_prompts(train_dataset, args)
     resume = None
     if resume_from_checkpoint not in (None, False):
         resume = resolve_resume_checkpoint(str(resume_from_checkpoint), args.output_dir)
+    skipped = []
     with output_dir_lock(args.output_dir, enabled=args.should_save):
-        check_output_dir(args.output_dir, resume is not None, getattr(args, "overwrite_output_dir", False))
+        overwrite = getattr(args, "overwrite_output_dir", False)
+        check_output_dir(args.output_dir, resume is not None, overwrite, policy)
         if resume is not None:
-            check_resume_checkpoint(resume, args)
-        elif args.should_save and getattr(args, "overwrite_output_dir", False):
+            skipped = check_resume_checkpoint(resume, args, run_identity)
+        elif args.should_save and overwrite:
             clear_old_checkpoints(args.output_dir)
-        yield
+        yield skipped
 
 
 __all__ = [
@@ -319,12 +451,16 @@ __all__ = [
     "check_output_dir",
     "check_output_dir_free",
     "check_resume_checkpoint",
+    "check_policy_not_output",
+    "check_same_run",
     "check_writable",
     "clear_old_checkpoints",
+    "finished_model",
     "guarded_run",
     "old_checkpoints",
     "os_error_line",
     "output_dir_lock",
+    "read_run_info",
     "recipe_settings",
     "save_staged",
 ]

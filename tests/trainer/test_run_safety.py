@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.errors import OutputDirError, RecipeError, ResumeError, RewardFunctionError
 from minimind_trl.cli.grpo import main  # raises the user error (`minimind_trl.grpo.main` reports it, exit 2)
@@ -175,6 +175,40 @@ def test_overwrite_output_dir_replaces_the_old_checkpoints(checkpointed, tmp_pat
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2"]
 
 
+def test_the_starting_policy_is_never_the_output_even_with_overwrite(tiny, tmp_path, monkeypatch):
+    policy, data = tiny
+    no_model_loading(monkeypatch)
+    before = {p.name: p.read_bytes() for p in policy.iterdir()}
+    for overwrite in ("false", "true"):
+        argv = ["--config", str(tiny_recipe(tmp_path, *tiny)), "--output_dir", str(policy)]
+        with pytest.raises(OutputDirError, match=f"model_name_or_path {policy} is output_dir"):
+            main(argv + ["--overwrite_output_dir", overwrite])
+    assert {p.name: p.read_bytes() for p in policy.iterdir()} == before
+
+
+def test_a_policy_inside_a_checkpoint_of_the_output_dir_is_refused(checkpointed, tmp_path, monkeypatch):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    no_model_loading(monkeypatch)
+    argv = ["--config", str(recipe), "--model_name_or_path", str(out / "checkpoint-1")]
+    argv += ["--overwrite_output_dir", "true"]
+    with pytest.raises(OutputDirError, match="lies inside a checkpoint folder of output_dir"):
+        main(argv)  # overwrite_output_dir would delete checkpoint-1, the model the run starts from
+    assert (out / "checkpoint-1" / "model.safetensors").is_file()
+
+
+def test_a_finished_model_in_the_output_dir_needs_overwrite(checkpointed, tmp_path, monkeypatch):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    for checkpoint in out.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    no_model_loading(monkeypatch)
+    with pytest.raises(OutputDirError, match=r"holds a finished model \(config.json, model.safetensors\)"):
+        main(["--config", str(recipe)])
+    from minimind_trl.trainer.run_safety import check_output_dir
+
+    check_output_dir(str(out), resuming=False, overwrite=True)  # told to replace it: allowed
+    check_output_dir(str(out), resuming=True, overwrite=False)  # continuing the run that wrote it: allowed
+
+
 def test_a_resume_with_other_settings_is_refused(checkpointed, tmp_path, monkeypatch):
     out, recipe = copy_run(checkpointed, tmp_path)
     assert "recipe" in json.loads((out / "checkpoint-2" / RUN_INFO_NAME).read_text())
@@ -182,6 +216,67 @@ def test_a_resume_with_other_settings_is_refused(checkpointed, tmp_path, monkeyp
     argv = ["--config", str(recipe), "--resume_from_checkpoint", "last"]
     with pytest.raises(ResumeError, match=r"other settings \(learning_rate: 0.01 -> 1e-30\)"):
         main(argv + ["--learning_rate", "1e-30"])
+
+
+def rewrite_recipe(recipe, **changes):
+    import yaml
+
+    values = yaml.safe_load(recipe.read_text())
+    values.update(changes)
+    recipe.write_text(yaml.safe_dump(values, sort_keys=False))
+
+
+@pytest.mark.parametrize(
+    "change, keys",
+    [
+        (dict(reward_funcs=["format", "grpo_fixtures:token_reward"]), "reward_funcs"),
+        (dict(dataset_max_samples=4), "dataset_max_samples"),
+        (dict(dataset_name="OTHER_DATA"), "dataset_name"),
+        (dict(model_name_or_path="OTHER_POLICY"), "model_fingerprint, model_name_or_path"),
+        (dict(reward_weights=[1.0, 2.0, 1.0]), "reward_weights"),
+    ],
+)
+def test_a_resume_that_changes_what_defines_the_run_is_refused(checkpointed, tmp_path, monkeypatch, change, keys):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    if change.get("dataset_name") == "OTHER_DATA":
+        change["dataset_name"] = str(write_rlaif(tmp_path / "other.jsonl"))
+    if change.get("model_name_or_path") == "OTHER_POLICY":
+        change["model_name_or_path"] = str(build_tiny_policy(tmp_path / "other-policy"))
+    rewrite_recipe(recipe, **change)
+    no_model_loading(monkeypatch)
+    with pytest.raises(ResumeError, match=f"changed: {keys}\\. A resume continues the same run"):
+        main(["--config", str(recipe), "--resume_from_checkpoint", "last"])
+
+
+def test_a_resume_on_edited_data_is_refused_by_the_trainer(checkpointed, tmp_path):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    data = tmp_path / "rlaif.jsonl"
+    write_rlaif(data, prompts=["What is one plus one?", *PROMPTS[1:]])  # same size, one prompt edited
+    rewrite_recipe(recipe, dataset_name=str(data))
+    record = json.loads((out / "checkpoint-2" / RUN_INFO_NAME).read_text())
+    record["run"]["dataset_name"] = os.path.realpath(data)  # the path of the run that wrote it: only content differs
+    (out / "checkpoint-2" / RUN_INFO_NAME).write_text(json.dumps(record))
+    with pytest.raises(ResumeError, match="changed: train_dataset_fingerprint"):
+        main(["--config", str(recipe), "--resume_from_checkpoint", "last"])
+
+
+@pytest.mark.parametrize("record", ['{"recipe": 5}', "[1, 2]", '{"world_size": 1}', None])
+def test_a_foreign_or_missing_run_record_is_refused_unless_accepted(
+    checkpointed, tmp_path, monkeypatch, caplog, record
+):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    path = out / "checkpoint-2" / RUN_INFO_NAME
+    if record is None:
+        path.unlink()  # a checkpoint of stock TRL
+    else:
+        path.write_text(record)
+    argv = ["--config", str(recipe), "--resume_from_checkpoint", "last", "--max_steps", "3"]
+    with monkeypatch.context() as patched:
+        no_model_loading(patched)
+        with pytest.raises(ResumeError, match="nothing checks that this resume continues the same run"):
+            main(argv)
+    assert main(argv + ["--accept_inexact_resume", "true", "--learning_rate", "0.5"]) == 0
+    assert "NOTHING was checked" in caplog.text
 
 
 # --------------------------------------------------------------------------- 4. partial checkpoints
@@ -202,6 +297,45 @@ def test_accept_inexact_resume_resumes_anyway_with_a_warning(checkpointed, tmp_p
     argv = ["--config", str(recipe), "--resume_from_checkpoint", str(out / "checkpoint-1")]
     assert main(argv + ["--accept_inexact_resume", "true"]) == 0
     assert "not an exact continuation" in caplog.text
+
+
+def test_accept_inexact_resume_resumes_past_a_truncated_optimizer_state(checkpointed, tmp_path, caplog):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    optimizer = out / "checkpoint-1" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:500])
+    argv = ["--config", str(recipe), "--resume_from_checkpoint", str(out / "checkpoint-1")]
+    with pytest.raises(ResumeError, match="damaged optimizer.pt .* --accept_inexact_resume true to continue without"):
+        main(argv)
+    assert main(argv + ["--accept_inexact_resume", "true"]) == 0  # as the refusal says: fresh optimizer state
+    assert "that state is not loaded (fresh instead)" in caplog.text
+    assert json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+
+
+class RunsCode:
+    """A pickle payload: unpickling it would call `open(marker, "w")`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_an_rng_state_that_would_run_code_is_refused_as_unsafe(checkpointed, tmp_path, monkeypatch, caplog):
+    out, recipe = copy_run(checkpointed, tmp_path)
+    marker = tmp_path / "code-ran"
+    torch.save({"python": RunsCode(marker)}, out / "checkpoint-1" / "rng_state.pth")
+    argv = ["--config", str(recipe), "--resume_from_checkpoint", str(out / "checkpoint-1")]
+    with monkeypatch.context() as patched:
+        no_model_loading(patched)
+        with pytest.raises(ResumeError) as caught:
+            main(argv)
+    message = str(caught.value)
+    assert "is unsafe to resume: unsafe rng_state.pth (a pickle that would run code when loaded, it calls" in message
+    assert "refused, never loaded" in message and "weights_only=False" not in message
+    assert main(argv + ["--accept_inexact_resume", "true"]) == 0  # never loaded: the seed's RNG instead
+    assert not marker.exists()
+    assert "rng_state.pth" in caplog.text and "not loaded" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -328,6 +462,21 @@ def test_an_infinite_reward_stops_the_run_with_a_user_error(tiny, tmp_path):
         main(["--config", str(recipe)])
 
 
+def huge_reward(completions, **kwargs):
+    return [1e38] * len(completions)
+
+
+def test_a_weighted_reward_sum_that_overflows_names_the_weighting(tiny, tmp_path):
+    recipe = tiny_recipe(
+        tmp_path, *tiny, reward_funcs=["test_run_safety:huge_reward", "format"], reward_weights=[10.0, 1.0], max_steps=1
+    )
+    with pytest.raises(RewardFunctionError) as caught:
+        main(["--config", str(recipe)])
+    message = str(caught.value)
+    assert "at step 1 the weighted reward sum overflows torch.float32 to inf: huge_reward 1e+38 x weight 10" in message
+    assert "scale the reward or its weight down" in message and "infinite score" not in message
+
+
 # --------------------------------------------------------------------------- the Python API
 
 
@@ -352,6 +501,7 @@ def test_python_api_type_errors_say_what_is_expected(model, reward_funcs, fragme
     [
         ("./no/such/policy", [inf_reward], "ModelSourceError", "model: ./no/such/policy does not exist"),
         ("policy", ["models/no/such-rm"], "RewardSpecError", "reward model models/no/such-rm does not exist"),
+        ("policy", ["models/rm"], "RewardSpecError", "reward model: models/rm is not a local folder \\(nothing at /"),
     ],
 )
 def test_python_api_names_a_mistyped_local_path_without_a_hub_lookup(model, reward_funcs, error, fragment):
@@ -398,3 +548,30 @@ def test_python_api_refuses_too_few_prompts_for_one_step(tiny, tmp_path):
     with pytest.raises(MiniMindTRLError, match=r"1 prompt\(s\), but one step needs 2"):
         trainer.train()
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_python_api_resume_with_other_reward_functions_is_refused(tiny, tmp_path):
+    from grpo_fixtures import token_reward
+    from transformers import AutoTokenizer
+
+    from minimind_trl.data import load_rlaif_dataset
+    from minimind_trl.rewards import format_reward
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    policy, data = tiny
+    args = MiniMindGRPOConfig(
+        str(tmp_path / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=8, max_steps=1, save_strategy="steps", save_steps=1, report_to="none",
+    )  # fmt: skip
+
+    def trainer(reward_funcs):
+        return MiniMindGRPOTrainer(
+            model=str(policy), reward_funcs=reward_funcs, args=args, train_dataset=load_rlaif_dataset(data),
+            processing_class=AutoTokenizer.from_pretrained(policy),
+        )  # fmt: skip
+
+    trainer([token_reward]).train()
+    record = json.loads((tmp_path / "out" / "checkpoint-1" / RUN_INFO_NAME).read_text())["run"]
+    assert record["reward_func_names"] == ["token_reward"] and record["model_name_or_path"] == str(policy)
+    with pytest.raises(ResumeError, match=r"changed: reward_func_names\."):
+        trainer([token_reward, format_reward]).train(resume_from_checkpoint="last")
