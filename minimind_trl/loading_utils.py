@@ -103,8 +103,9 @@ def loading_info_problems(info: Mapping[str, list]) -> dict[str, list[str]]:
 # only such files; anything else in it is the user's, and the folder is refused instead of deleted.
 MODEL_FOLDER_FILES = re.compile(
     r"^(config\.json|generation_config\.json|(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?|"
-    r"(configuration|modeling|tokenization)_\w+\.py|tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|"
-    r"added_tokens\.json|vocab\.json|merges\.txt|chat_template\.(jinja|json)|minimind_source\.json)$"
+    r"(configuration|modeling|tokenization)_\w+\.py|tokenizer(_config)?\.json|tokenizer\.model|"
+    r"special_tokens_map\.json|added_tokens\.json|vocab\.json|merges\.txt|chat_template\.(jinja|json)|"
+    r"minimind_source\.json)$"
 )
 
 

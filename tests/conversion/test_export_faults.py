@@ -82,7 +82,7 @@ FAULTS = {
     "unknown activation": (
         lambda f: edit_config(f, hidden_act="swishy"), "config.json", "hidden_act='swishy': expected one of"
     ),
-    "zero rms_norm_eps": (lambda f: edit_config(f, rms_norm_eps=0.0), "config.json", "rms_norm_eps=0.0: expected a pos"),
+    "zero rms_norm_eps": (lambda f: edit_config(f, rms_norm_eps=0.0), "config.json", "rms_norm_eps=0.0: expected a"),
     "negative rope_theta": (
         lambda f: edit_config(f, rope_parameters={"rope_type": "default", "rope_theta": -1.0}),
         "config.json",
@@ -124,7 +124,8 @@ def test_non_finite_weights_are_refused_with_one_message_for_every_format(good, 
     poison(folder)
     rc, err = run_export(capsys, folder, tmp_path / output, "--format", fmt)
     assert rc == 2, err
-    assert f"{folder}: NaN or infinite values in model.layers.0.mlp.up_proj.weight (1 of 2048), model.norm.weight" in err
+    named = "model.layers.0.mlp.up_proj.weight (1 of 2048), model.norm.weight (1 of 32)"
+    assert f"{folder}: NaN or infinite values in {named}" in err
     assert "the weights are broken" in err and "router" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
