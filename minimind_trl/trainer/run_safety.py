@@ -279,7 +279,7 @@ def _not_a_run_record(info) -> str | None:
         return f"a JSON {type(info).__name__}, not an object"
     for key in ("recipe", "run"):
         if key in info and not isinstance(info[key], dict):
-            return f"its {key!r} is a {type(info[key]).__name__}, not an object"
+            return f"its {key!r} is not an object but {json.dumps(info[key])[:40]}"
     for key in ("world_size", "per_device_train_batch_size", "generation_batch_size"):
         if not isinstance(info.get(key), int) or isinstance(info.get(key), bool):
             return f"no integer {key!r}"
