@@ -6,8 +6,8 @@ anchor must be one of that file's headings, slugged as GitHub does. Sections nam
 upstream defects"`) cannot be checked and so are not allowed: name the file and anchor instead.
 """
 
+import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,17 @@ PLAIN_REFERENCE = re.compile(r"(?<![\w/.-])((?:docs/[\w.-]+\.md|README\.md|bench
 PROSE_SECTION = re.compile(r"README:\s*\"[^\"]+\"|README \([A-Z][^)]*\)")
 
 
+SKIPPED_DIRS = re.compile(r"^(\.git|\.venv.*|__pycache__|\.pytest_cache|build|dist|outputs|runs|minimind-trl-demo|.*\.egg-info)$")
+
+
 def tracked_text_files() -> list[Path]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split("\n")
-    return [REPO_ROOT / name for name in listed if name and Path(name).suffix in TEXT_SUFFIXES and (REPO_ROOT / name).is_file()]
+    """The project's text files: the tree walked as it is (CI's clean copy is not a git checkout), without
+    environments, caches and run outputs."""
+    found = []
+    for folder, dirs, files in os.walk(REPO_ROOT):
+        dirs[:] = sorted(d for d in dirs if not SKIPPED_DIRS.match(d))
+        found += [Path(folder) / name for name in sorted(files) if Path(name).suffix in TEXT_SUFFIXES]
+    return found
 
 
 def github_slug(heading: str) -> str:
