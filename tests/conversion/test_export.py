@@ -10,7 +10,7 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.conversion import export as export_module
+from minimind_trl.conversion import architectures as architectures_module
 from minimind_trl.cli import main as cli
 from minimind_trl.conversion.convert import convert_checkpoint
 from minimind_trl.conversion.export import ExportError, export_hf
@@ -224,7 +224,7 @@ def test_yarn_that_transformers_computes_differently_is_refused(name, tmp_path, 
 def test_verification_rejects_a_wrong_mapping_and_leaves_nothing(tmp_path, monkeypatch):
     """The default self-check loads the export with transformers and compares logits before moving it into place."""
     model = random_minimind(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=100)
-    monkeypatch.setattr(export_module, "export_rope_parameters", lambda config: {"rope_type": "default", "rope_theta": 1e4})
+    monkeypatch.setattr(architectures_module, "export_rope_parameters", lambda config: {"rope_type": "default", "rope_theta": 1e4})
     with pytest.raises(ExportError, match="logits differ from MiniMind's"):
         export_hf(model, tmp_path / "llama", "llama")
     assert list(tmp_path.iterdir()) == []
