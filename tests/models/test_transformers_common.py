@@ -3,7 +3,10 @@ training and export mixins), run against MiniMind the way an in-tree model wires
 
 The suite is transformers' code, kept in ../shared/transformers-tests (see its README) and imported from there, never
 copied here. It fails under CI=true when that folder is missing and skips elsewhere. Every skip comes from the
-suite's own decorators and checks (GPU, Hub, `@slow`, missing optional packages, features MiniMind lacks).
+suite's own decorators and checks (GPU, Hub, `@slow`, missing optional packages, features MiniMind lacks), with one
+exception: the experts test (eager vs `batched_mm` / `grouped_mm`) is skipped for the dense variants, which have no
+experts to dispatch. transformers decides experts support per modeling file (the `@use_experts_implementation` text),
+and dense and MoE MiniMind share one file; `test_dense_variants_have_no_experts_to_dispatch` checks the reason holds.
 """
 
 import atexit
@@ -51,7 +54,9 @@ def _suite_root() -> Path:
 
 sys.path.insert(0, str(_suite_root()))
 
+from parameterized import parameterized  # noqa: E402
 from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester  # noqa: E402
+from tests.test_modeling_common import TEST_EAGER_MATCHES_BATCHED_AND_GROUPED_INFERENCE_PARAMETERIZATION  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -136,7 +141,16 @@ class MiniMind3MoeTester(_BackboneAndLMTester):
     }
 
 
-class MiniMind2DenseModelTest(CausalLMModelTest, unittest.TestCase):
+class _DenseModelTest(CausalLMModelTest):
+    """A dense variant: the same modeling file as MoE (so transformers offers it the experts implementations), but
+    no experts module for any of them to run."""
+
+    @parameterized.expand(TEST_EAGER_MATCHES_BATCHED_AND_GROUPED_INFERENCE_PARAMETERIZATION)
+    def test_eager_matches_batched_and_grouped_inference(self, name, dtype):
+        self.skipTest("dense MiniMind has no experts (test_dense_variants_have_no_experts_to_dispatch)")
+
+
+class MiniMind2DenseModelTest(_DenseModelTest, unittest.TestCase):
     model_tester_class = MiniMind2DenseTester
 
 
@@ -144,7 +158,7 @@ class MiniMind2MoeModelTest(CausalLMModelTest, unittest.TestCase):
     model_tester_class = MiniMind2MoeTester
 
 
-class MiniMind3DenseModelTest(CausalLMModelTest, unittest.TestCase):
+class MiniMind3DenseModelTest(_DenseModelTest, unittest.TestCase):
     model_tester_class = MiniMind3DenseTester
 
 
@@ -198,3 +212,36 @@ def test_auto_classes_load_the_generic_heads_from_a_minimind_folder(tmp_path):
     reward = AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=1).eval()
     input_ids = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])  # right-padded with pad_token_id 0
     assert reward(input_ids).logits.shape == (2, 1)
+
+
+@pytest.mark.parametrize("tester", [MiniMind2DenseTester, MiniMind3DenseTester])
+def test_dense_variants_have_no_experts_to_dispatch(tester):
+    """Why the experts test is skipped for them: no module takes transformers' experts call, and asking for another
+    experts implementation is accepted and computes the same."""
+    import torch
+
+    from minimind_trl.models.minimind.modeling_minimind import MiniMindExperts
+
+    config, inputs = tester(None).prepare_config_and_inputs_for_common()
+    model = MiniMindForCausalLM(config).eval()
+    assert not any(isinstance(module, MiniMindExperts) for module in model.modules())
+    with torch.no_grad():
+        eager = model(**inputs).logits
+        model.set_experts_implementation("batched_mm")
+        assert model.config._experts_implementation == "batched_mm"
+        torch.testing.assert_close(model(**inputs).logits, eager, rtol=0, atol=0)
+
+
+def test_moe_experts_default_to_upstreams_loop_and_take_transformers_kernels_on_request():
+    """MiniMind's experts run upstream's loop by default (transformers would pick `grouped_mm`), and transformers'
+    kernels compute the same on request (the common suite's experts test compares all three per variant)."""
+    import torch
+
+    config, inputs = MiniMind2MoeTester(None).prepare_config_and_inputs_for_common()
+    model = MiniMindForCausalLM(config).eval()
+    assert model.config._experts_implementation == "eager"
+    with torch.no_grad():
+        eager = model(**inputs).logits
+        for implementation in ("grouped_mm", "batched_mm"):
+            model.set_experts_implementation(implementation)
+            torch.testing.assert_close(model(**inputs).logits, eager, rtol=1e-5, atol=1e-5)

@@ -23,17 +23,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:
-    from transformers import initialization as init
-except ImportError as exc:  # transformers 4.x (upstream pins 4.57); this file ships in saved folders: say what to do
+import transformers
+from packaging.version import Version
+
+# This file ships in saved folders, where any transformers may load it: name the version it needs before an import
+# of a newer API fails with a bare ImportError (4.x lacks `initialization`, 5.19 `slice_logits_to_keep`, ...).
+if Version(transformers.__version__).release < (5, 24):
     raise ImportError(
-        f"MiniMind's modeling code needs transformers>=5.24, found {__import__('transformers').__version__} (it "
-        f"uses the transformers 5 cache and initialisation APIs): pip install -U 'transformers>=5.24'. On "
-        f"transformers 4.x, load a `minimind-trl export --format llama/qwen3/qwen3_moe` folder (no remote code)."
-    ) from exc
+        f"MiniMind's modeling code needs transformers>=5.24, found {transformers.__version__} (it uses the "
+        f"transformers 5.24 cache, initialisation, experts and output-capturing APIs): pip install -U "
+        f"'transformers>=5.24'. With an older transformers, load a `minimind-trl export --format llama/qwen3/qwen3_moe` "
+        f"folder (no remote code)."
+    )
+
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
+from transformers.integrations import use_experts_implementation
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import (
     GenericForQuestionAnswering,
@@ -48,16 +55,18 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_minimind import MINIMIND2, MiniMindConfig
 
 
 @dataclass
 class MiniMindModelOutputWithPast(BaseModelOutputWithPast):
-    """Backbone output plus the summed MoE load-balancing loss (set for MoE models in training mode only)."""
+    """Backbone output plus the summed MoE load-balancing loss (set for MoE models in training mode only) and, with
+    `output_router_logits=True`, each MoE layer's gate logits."""
 
     aux_loss: torch.Tensor | None = None
+    router_logits: tuple[torch.Tensor, ...] | None = None
 
 
 def rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -302,13 +311,53 @@ class MiniMindMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
+@use_experts_implementation
+class MiniMindExperts(nn.ModuleList):
+    """The routed experts, one SwiGLU MLP each (upstream's parameters `experts.E.{gate,up,down}_proj.weight`), called
+    the way transformers calls experts: `experts(hidden_states, top_k_index, top_k_weights)`, every token's output
+    the weighted sum of its chosen experts' outputs.
+
+    The eager forward (the default, see `MiniMindPreTrainedModel`) is upstream's loop, expert by expert. transformers'
+    `batched_mm` / `grouped_mm` (`experts_implementation=...`) read the weights stacked per expert, `gate_up_proj`
+    [experts, 2 * width, hidden] and `down_proj` [experts, hidden, width], built from the modules at each call; vLLM's
+    transformers backend replaces the whole module with its fused MoE.
+    """
+
+    def __init__(self, config: MiniMindConfig):
+        super().__init__([MiniMindMLP(config, config.moe_intermediate_size) for _ in range(config.num_experts)])
+        self.num_experts = config.num_experts  # (no module attributes: the list's children must be the experts only)
+
+    @property
+    def act_fn(self) -> nn.Module:
+        return self[0].act_fn
+
+    @property
+    def gate_up_proj(self) -> torch.Tensor:
+        return torch.stack([torch.cat([expert.gate_proj.weight, expert.up_proj.weight]) for expert in self])
+
+    @property
+    def down_proj(self) -> torch.Tensor:
+        return torch.stack([expert.down_proj.weight for expert in self])
+
+    def forward(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        output = torch.zeros_like(hidden_states)
+        for expert_idx, expert in enumerate(self):
+            token_idx, slot_idx = torch.where(top_k_index == expert_idx)
+            expert_out = expert(hidden_states[token_idx]) * top_k_weights[token_idx, slot_idx, None]
+            output.index_add_(0, token_idx, expert_out.to(output.dtype))
+        return output
+
+
 class MiniMindSparseMoeBlock(nn.Module):
     """Softmax-gated top-k experts, with each generation's renormalisation, shared experts and aux loss.
 
     MiniMind2 renormalises the top-k weights only when k > 1, adds shared experts unweighted and uses a
     per-sequence balancing loss (token-level when `seq_aux=False`); MiniMind-3 always renormalises and uses
-    a token-level loss scaled by the number of experts. Every expert runs on every call (possibly on zero
-    tokens) so that data-parallel and ZeRO-3 ranks execute the same modules and all experts get gradients.
+    a token-level loss scaled by the number of experts. In the eager experts every expert runs on every call
+    (possibly on zero tokens) so that data-parallel and ZeRO-3 ranks execute the same modules and all experts get
+    gradients.
     """
 
     def __init__(self, config: MiniMindConfig):
@@ -320,9 +369,7 @@ class MiniMindSparseMoeBlock(nn.Module):
         self.aux_loss_coef = config.router_aux_loss_coef
         self.seq_aux = config.seq_aux
         self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = nn.ModuleList(
-            [MiniMindMLP(config, config.moe_intermediate_size) for _ in range(config.num_experts)]
-        )
+        self.experts = MiniMindExperts(config)
         if config.n_shared_experts:
             self.shared_experts = nn.ModuleList(
                 [MiniMindMLP(config, config.intermediate_size) for _ in range(config.n_shared_experts)]
@@ -336,11 +383,7 @@ class MiniMindSparseMoeBlock(nn.Module):
         if self.norm_topk_prob and (self.top_k > 1 or self.generation != MINIMIND2):
             topk_weight = topk_weight / (topk_weight.sum(dim=-1, keepdim=True) + 1e-20)
 
-        output = torch.zeros_like(flat)
-        for expert_idx, expert in enumerate(self.experts):
-            token_idx, slot_idx = torch.where(topk_idx == expert_idx)
-            expert_out = expert(flat[token_idx]) * topk_weight[token_idx, slot_idx, None]
-            output.index_add_(0, token_idx, expert_out.to(output.dtype))
+        output = self.experts(flat, topk_idx, topk_weight)
         for shared_expert in getattr(self, "shared_experts", ()):
             output = output + shared_expert(flat)
         output = output.view(batch_size, seq_len, hidden_dim)
@@ -423,12 +466,18 @@ class MiniMindPreTrainedModel(PreTrainedModel):
     _can_record_outputs = {
         "hidden_states": MiniMindDecoderLayer,
         "attentions": MiniMindAttention,
+        "router_logits": OutputRecorder(nn.Linear, layer_name="mlp.gate"),  # MoE layers' gates (none when dense)
     }
 
     def __init__(self, config: MiniMindConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)
         # expert dispatch has data-dependent shapes
         self._can_compile_fullgraph = not config.use_moe
+
+    def get_correct_experts_implementation(self, requested_experts: str | None) -> str:
+        # transformers picks `grouped_mm` when none is asked for; MiniMind keeps upstream's expert loop (its exact
+        # arithmetic) unless `experts_implementation` asks for another
+        return super().get_correct_experts_implementation("eager" if requested_experts is None else requested_experts)
 
     def save_pretrained(self, *args, **kwargs):
         # vLLM's transformers backend looks the backbone up through auto_map["AutoModel"]; transformers only
@@ -587,6 +636,7 @@ class MiniMindForCausalLM(MiniMindPreTrainedModel, GenerationMixin):
             cache=outputs.cache,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            router_logits=outputs.router_logits,
         )
 
 
