@@ -60,6 +60,10 @@ class DemoError(MiniMindTRLError):
     """A demo invocation that cannot run (the message says why)."""
 
 
+class VLLMModelError(MiniMindTRLError):
+    """A MiniMind model vLLM cannot run as its native Llama / Qwen3 / Qwen3-MoE; the message names the folder."""
+
+
 __all__ = [
     "USER_ERROR_EXIT_CODE",
     "ConversionError",
@@ -75,4 +79,5 @@ __all__ = [
     "ResumeError",
     "RewardFunctionError",
     "RewardSpecError",
+    "VLLMModelError",
 ]
