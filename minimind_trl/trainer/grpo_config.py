@@ -54,7 +54,10 @@ class MiniMindGRPOConfig(GRPOConfig):
             from that generation.
         tempered_logprobs (`bool`, *optional*, defaults to `False`):
             Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: upstream
-            samples at 0.8 but scores with untempered logits.
+            samples at 0.8 but scores with untempered logits. With `use_vllm` it also chooses the log-probs vLLM
+            returns with each token (`sampling_per_token_logps`): over the raw logits when off (vLLM's
+            `raw_logprobs`), at the sampling temperature after top-k/top-p when on (`processed_logprobs`), so
+            `vllm_importance_sampling_correction` compares log-probs on the trainer's own scale either way.
         fast_sampling (`bool`, *optional*, defaults to `True`):
             Sample rollouts with [`~minimind_trl.trainer.fast_sampling.FastSampler`]: temperature + top-k drawn
             among the k candidates only (the distribution `generate` samples from), no logits-processor chain; for
@@ -351,12 +354,6 @@ class MiniMindGRPOConfig(GRPOConfig):
             )
         if self.sampling_weights_dtype not in (None, "auto") and not self.fast_sampling:
             raise ValueError("sampling_weights_dtype needs fast_sampling: true (it is the lean sampler's option)")
-        if self.use_vllm and self.vllm_importance_sampling_correction and not self.tempered_logprobs:
-            raise ValueError(
-                "vllm_importance_sampling_correction compares vLLM's log-probs, taken at the sampling temperature, "
-                "with the trainer's; with tempered_logprobs=False the trainer scores at temperature 1 and the ratio "
-                "would be biased. Set tempered_logprobs=True or vllm_importance_sampling_correction=False."
-            )
 
     def _check_sampling_and_weights(self):
         """Values the CLI, recipes and the Python API all pass through here (a recipe skips argparse's checks):

@@ -50,6 +50,12 @@ from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_ag
 from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings, upstream_title
 from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, get_policy_loss, k3_kl, upto_first_eos_mask
 from .trl_overrides import reference_copy, trl_init_overrides
+from .vllm_rollouts import (
+    check_server_logprobs_mode,
+    check_vllm_policy,
+    colocated_engine_kwargs,
+    reload_layerwise_on_cpu,
+)
 
 
 class MiniMindGRPOTrainer(GRPOTrainer):
@@ -89,6 +95,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(args, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
+        check_vllm_policy(model, args)
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
         peft_config = bound.arguments.get("peft_config")
         uses_peft = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
@@ -96,8 +103,14 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         if not isinstance(model, str) and args.beta != 0.0 and not uses_peft:
             reference = reference_copy(model)
         scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
-        with trl_init_overrides(scoring_temperature, reference):
+        with trl_init_overrides(scoring_temperature, reference, colocated_engine_kwargs(args)):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
+        if self.use_vllm:
+            reload_layerwise_on_cpu(self.vllm_generation)
+        if self.use_vllm and self.vllm_mode == "server" and args.vllm_importance_sampling_correction:
+            if self.accelerator.is_main_process:
+                server_info = self.vllm_generation.vllm_client.get_server_info()
+                check_server_logprobs_mode(server_info["model_config"]["logprobs_mode"], args)
         # TRL's own MoE aux path is Mixtral's (router logits). MiniMind has no router-logits output and returns its
         # loss on the backbone output instead, but its config names the coefficient `router_aux_loss_coef`, and an
         # `output_router_logits` attribute left on it (TRL's SFTTrainer sets one) would switch TRL's path on.

@@ -1,5 +1,6 @@
 """What `MiniMindGRPOTrainer` substitutes inside `GRPOTrainer.__init__`, which has no argument for it: the
-scoring temperature of the fused LM head and, for an in-memory policy, the frozen reference copy.
+scoring temperature of the fused LM head, for an in-memory policy the frozen reference copy and, for a colocated
+vLLM engine, its dtype and the log-probs it returns.
 """
 
 import copy
@@ -31,14 +32,48 @@ def reference_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @contextmanager
-def trl_init_overrides(scoring_temperature: float, reference_model: torch.nn.Module | None):
-    """Two substitutions while `GRPOTrainer.__init__` runs, which has no argument for either.
+def trl_init_overrides(
+    scoring_temperature: float, reference_model: torch.nn.Module | None, vllm_engine_kwargs: dict | None = None
+):
+    """Substitutions while `GRPOTrainer.__init__` runs, which has no argument for any of them.
 
     * `add_fused_lm_head` gets `scoring_temperature` instead of the sampling temperature, so the loss's
       log-probs come from untempered logits unless `tempered_logprobs` is set.
     * For an in-memory policy TRL would reload the reference from `config._name_or_path` (empty for an
       unsaved model, stale for a modified one); `create_model_from_path` hands it `reference_model` instead.
+    * A colocated vLLM engine (`vllm.LLM`, built by TRL's `VLLMGeneration`) is built with `vllm_engine_kwargs`
+      (`dtype`, `logprobs_mode`) over TRL's, which passes no dtype (vLLM then picks one) and asks for tempered
+      log-probs whatever the trainer scores with.
     """
+    with _vllm_engine_overrides(vllm_engine_kwargs or {}):
+        with _grpo_overrides(scoring_temperature, reference_model):
+            yield
+
+
+@contextmanager
+def _vllm_engine_overrides(engine_kwargs: dict):
+    if not engine_kwargs:
+        yield
+        return
+    from trl.generation import vllm_generation
+
+    llm_class = getattr(vllm_generation, "LLM", None)
+    if llm_class is None:  # vLLM not installed: TRL raises its own ImportError when `use_vllm` asks for it
+        yield
+        return
+
+    def llm_with_minimind_settings(*args, **kwargs):
+        return llm_class(*args, **{**kwargs, **engine_kwargs})
+
+    vllm_generation.LLM = llm_with_minimind_settings
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = llm_class
+
+
+@contextmanager
+def _grpo_overrides(scoring_temperature: float, reference_model: torch.nn.Module | None):
     add_fused_lm_head, create_model_from_path = _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path
     pending_reference = [reference_model] if reference_model is not None else []
 

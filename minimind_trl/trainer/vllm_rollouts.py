@@ -1,0 +1,129 @@
+"""What MiniMind's GRPO asks of vLLM rollouts (`use_vllm: true`) beyond what TRL sets up.
+
+* The dtype rollouts run in follows the recipe: bfloat16 with `bf16: true`, float16 with `fp16: true`, float32
+  otherwise. TRL's colocate mode gives vLLM no dtype (vLLM would pick one from the folder and the platform: a
+  float32 policy rolled out in bfloat16 on CPU); a server runs the `--dtype` it was started with.
+* The log-probs vLLM returns with each token (TRL's `sampling_per_token_logps`, which its importance-sampling
+  correction compares with the trainer's own) are taken where the trainer scores: over the raw logits
+  (`raw_logprobs`: temperature 1, whole vocabulary) unless `tempered_logprobs` is set, at the sampling temperature
+  after top-k/top-p (`processed_logprobs`, TRL's choice) when it is. Either way the ratio measures the engines'
+  difference, not the sampling settings.
+* A MiniMind policy vLLM cannot run (MiniMind2 MoE, see `minimind_trl.vllm_plugin`) is refused before vLLM starts.
+* Server mode needs CUDA: TRL 1.16 pushes the trainer's weights to the server over vLLM's NCCL weight-transfer
+  engine, the only one vLLM 0.32 offers that works across processes without CUDA IPC.
+* On CPU, vLLM packs each linear layer's weights for its GEMM kernels once they are loaded and drops the unpacked
+  parameter, so TRL's colocated weight sync (`load_weights`, one tensor at a time) would find nothing to write to.
+  vLLM's layerwise reload (restore the layers, load, pack again) wraps the sync there (`reload_layerwise_on_cpu`).
+"""
+
+import torch
+
+from ..errors import RecipeError
+
+
+def rollout_dtype(args) -> str:
+    """The dtype vLLM rolls out in for this recipe (vLLM's name for it)."""
+    if args.bf16:
+        return "bfloat16"
+    if args.fp16:
+        return "float16"
+    return "float32"
+
+
+def logprobs_mode(args) -> str:
+    """The vLLM `logprobs_mode` whose log-probs are on the trainer's scale (`tempered_logprobs`)."""
+    return "processed_logprobs" if args.tempered_logprobs else "raw_logprobs"
+
+
+def colocated_engine_kwargs(args) -> dict:
+    """What `MiniMindGRPOTrainer` passes to the colocated `vllm.LLM` over TRL's arguments (none without it)."""
+    if not args.use_vllm or args.vllm_mode != "colocate":
+        return {}
+    return {"dtype": rollout_dtype(args), "logprobs_mode": logprobs_mode(args)}
+
+
+def check_vllm_policy(model, args) -> None:
+    """Refuse, before vLLM starts, a policy vLLM cannot roll out and a server mode that cannot sync weights here."""
+    if not args.use_vllm:
+        return
+    if args.vllm_mode == "server" and (args.use_cpu or not torch.cuda.is_available()):
+        raise RecipeError(
+            "vllm_mode: server needs a CUDA device: TRL 1.16 sends the trained weights to the vLLM server over vLLM's "
+            "NCCL weight-transfer engine, which has no CPU backend. On CPU use vllm_mode: colocate."
+        )
+    config = _policy_config(model)
+    if getattr(config, "model_type", None) == "minimind":
+        from ..vllm_plugin import native_config
+
+        native_config(config)  # VLLMModelError naming the folder and why
+
+
+def check_server_logprobs_mode(server_logprobs_mode: str, args) -> None:
+    """A server must return log-probs on the trainer's scale (`trl vllm-serve` starts it with TRL's
+    `processed_logprobs`; a later `--logprobs-mode` on its command line wins)."""
+    wanted = logprobs_mode(args)
+    if server_logprobs_mode != wanted:
+        raise RecipeError(
+            f"the vLLM server returns {server_logprobs_mode} but this recipe scores log-probs as {wanted} "
+            f"(tempered_logprobs: {str(args.tempered_logprobs).lower()}): restart it with `--logprobs-mode {wanted}` "
+            f"(e.g. `trl vllm-serve --model ... --logprobs-mode {wanted}`), or set tempered_logprobs: "
+            f"{str(not args.tempered_logprobs).lower()}."
+        )
+
+
+def reload_layerwise_on_cpu(vllm_generation) -> None:
+    """Wrap a colocated CPU engine's `sync_weights` in vLLM's layerwise reload (see the module doc). Elsewhere (GPU
+    engines, server mode) TRL's sync is left as it is."""
+    from vllm.platforms import current_platform
+
+    if vllm_generation.mode != "colocate" or not current_platform.is_cpu():
+        return
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    trl_sync_weights = vllm_generation.sync_weights
+
+    def sync_weights():
+        runner = vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
+        initialize_layerwise_reload(runner.model)
+        trl_sync_weights()
+        finalize_layerwise_reload(runner.model, runner.model_config)
+        # The layerwise reload processes a tied head's weight as the embedding only, so the LM head would keep the
+        # GEMM weights packed from the old embedding: pack every embedding-shaped layer again (they keep their
+        # weight, so this is the processing vLLM did at load time, on the new values).
+        for module in runner.model.modules():
+            if isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
+                module.quant_method.process_weights_after_loading(module)
+        repack_cpu_moe_experts(runner.model)
+
+    vllm_generation.sync_weights = sync_weights
+
+
+def repack_cpu_moe_experts(model) -> None:
+    """vLLM 0.32's MoE layers, processed again on a weight update, copy the new expert weights into place unpacked
+    but pack them for the CPU kernel only at the first load (`UnquantizedFusedMoEMethod._setup_kernel`): pack them
+    again. Every expert weight must just have been reloaded (TRL's sync sends every parameter)."""
+    for module in model.modules():
+        moe_kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        if moe_kernel is not None:
+            moe_kernel.fused_experts.process_weights_after_loading(module)
+
+
+def _policy_config(model):
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        import minimind_trl  # noqa: F401  (MiniMind's config class for AutoConfig)
+
+        return AutoConfig.from_pretrained(model)
+    return getattr(model, "config", None)
+
+
+__all__ = [
+    "check_server_logprobs_mode",
+    "check_vllm_policy",
+    "colocated_engine_kwargs",
+    "logprobs_mode",
+    "reload_layerwise_on_cpu",
+    "rollout_dtype",
+]
