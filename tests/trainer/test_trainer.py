@@ -595,8 +595,6 @@ def test_config_refuses_options_that_would_be_silently_ignored(tmp_path):
         MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, scale_rewards="batch")
     with pytest.raises(ValueError, match="multi_objective_aggregation"):
         MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, multi_objective_aggregation="normalize_then_sum")
-    with pytest.raises(ValueError, match="tempered_logprobs"):
-        MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, use_vllm=True)
     with pytest.raises(ValueError, match="max_prompt_length"):
         MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_prompt_length=0)
     args = MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, advantage_estimator="trl", scale_rewards="batch")

@@ -1,0 +1,82 @@
+"""minimind_trl/trainer/vllm_rollouts.py and the colocated engine's settings, without vLLM (tests/vllm_engine runs them in
+vLLM's engine): the rollout dtype follows the recipe, vLLM's log-probs are on the trainer's scale, and what vLLM
+cannot do is refused before it starts."""
+
+import pytest
+from trl.generation import vllm_generation
+
+from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl.errors import RecipeError, VLLMModelError
+from minimind_trl.trainer import MiniMindGRPOConfig
+from minimind_trl.trainer.trl_overrides import trl_init_overrides
+from minimind_trl.trainer.vllm_rollouts import (
+    check_server_logprobs_mode,
+    check_vllm_policy,
+    colocated_engine_kwargs,
+    logprobs_mode,
+    rollout_dtype,
+)
+
+SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+
+
+def config(tmp_path, **kwargs) -> MiniMindGRPOConfig:
+    return MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **kwargs)
+
+
+def test_rollout_dtype_follows_the_recipe(tmp_path):
+    assert rollout_dtype(config(tmp_path)) == "bfloat16"  # MiniMind's default bf16: true
+    assert rollout_dtype(config(tmp_path, bf16=False)) == "float32"
+
+
+def test_vllm_log_probs_are_taken_where_the_trainer_scores(tmp_path):
+    assert logprobs_mode(config(tmp_path, bf16=False)) == "raw_logprobs"  # temperature 1, whole vocabulary
+    assert logprobs_mode(config(tmp_path, bf16=False, tempered_logprobs=True)) == "processed_logprobs"
+
+
+def test_importance_sampling_correction_is_accepted_with_untempered_log_probs(tmp_path):
+    """TRL's default correction compares vLLM's log-probs with the trainer's: both untempered now."""
+    args = config(tmp_path, bf16=False, use_vllm=True)
+    assert args.vllm_importance_sampling_correction and not args.tempered_logprobs
+
+
+def test_only_a_colocated_engine_gets_settings(tmp_path):
+    assert colocated_engine_kwargs(config(tmp_path, bf16=False)) == {}
+    assert colocated_engine_kwargs(config(tmp_path, bf16=False, use_vllm=True)) == {
+        "dtype": "float32", "logprobs_mode": "raw_logprobs"}  # fmt: skip
+    assert colocated_engine_kwargs(config(tmp_path, use_vllm=True, vllm_mode="server")) == {}
+
+
+def test_the_colocated_engine_is_built_with_them(monkeypatch):
+    """TRL builds `vllm.LLM(...)` with `logprobs_mode="processed_logprobs"` and no dtype; inside the trainer's
+    construction ours win, and TRL's class is back afterwards."""
+    built = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
+    trl_llm = vllm_generation.LLM
+    with trl_init_overrides(1.0, None, {"dtype": "float32", "logprobs_mode": "raw_logprobs"}):
+        vllm_generation.LLM(model="folder", logprobs_mode="processed_logprobs", seed=0)
+    assert built == [{"model": "folder", "logprobs_mode": "raw_logprobs", "seed": 0, "dtype": "float32"}]
+    assert vllm_generation.LLM is trl_llm
+
+
+def test_minimind2_moe_is_refused_before_vllm_starts(tmp_path):
+    policy = MiniMindForCausalLM(MiniMindConfig(**SMALL, use_moe=True))
+    policy.save_pretrained(tmp_path / "m2moe")
+    for model in (policy, str(tmp_path / "m2moe")):
+        with pytest.raises(VLLMModelError, match="MiniMind2 MoE cannot run in vLLM"):
+            check_vllm_policy(model, config(tmp_path, bf16=False, use_vllm=True))
+    check_vllm_policy(policy, config(tmp_path, bf16=False))  # without vLLM: nothing to refuse
+    check_vllm_policy(MiniMindForCausalLM(MiniMindConfig(**SMALL)), config(tmp_path, bf16=False, use_vllm=True))
+
+
+def test_server_mode_without_cuda_is_refused(tmp_path):
+    dense = MiniMindForCausalLM(MiniMindConfig(**SMALL))
+    with pytest.raises(RecipeError, match="vllm_mode: server needs a CUDA device.*NCCL"):
+        check_vllm_policy(dense, config(tmp_path, bf16=False, use_vllm=True, vllm_mode="server"))
+
+
+def test_a_server_returning_other_log_probs_is_refused(tmp_path):
+    args = config(tmp_path, bf16=False, use_vllm=True, vllm_mode="server")
+    check_server_logprobs_mode("raw_logprobs", args)
+    with pytest.raises(RecipeError, match="--logprobs-mode raw_logprobs"):
+        check_server_logprobs_mode("processed_logprobs", args)  # what `trl vllm-serve` starts with
