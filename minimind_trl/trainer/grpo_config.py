@@ -332,6 +332,13 @@ class MiniMindGRPOConfig(GRPOConfig):
                 raise ValueError(
                     f"loss_aggregation must be one of {tuple(LOSS_AGGREGATIONS)}, got {self.loss_aggregation!r}."
                 )
+        if self.use_vllm and self.loss_type not in TRL_LOSS_TYPES and self.vllm_importance_sampling_correction:
+            raise RecipeError(
+                f"loss_type {self.loss_type} with use_vllm: its ratio takes vLLM's own log-probs as the old ones (as "
+                "upstream MiniMind-3 takes SGLang's), so it already weighs every token by how vLLM sampled it; TRL's "
+                "vllm_importance_sampling_correction would weigh it twice. Set vllm_importance_sampling_correction: "
+                "false."
+            )
         problems = loss_option_problems(self)
         if problems:
             raise ValueError("; ".join(problems))

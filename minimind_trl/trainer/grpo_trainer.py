@@ -316,12 +316,15 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         return upto_first_eos_mask(inputs["completion_ids"], rollout_mask, self.eos_token_ids)
 
     def _old_per_token_logps(self, inputs, per_token_logps: torch.Tensor) -> torch.Tensor:
-        """The log-probs of the policy that produced the rollout: TRL's `old_per_token_logps` when it computed them
-        (`num_iterations > 1`, generation misaligned with optimizer steps, vLLM importance sampling), else the
-        current ones detached (the batch is on-policy: ratio 1 in value). A rollout engine that returns its own
-        log-probs (upstream MiniMind-3's SGLang) feeds them here."""
+        """The log-probs of the policy that produced the rollout. With vLLM rollouts: vLLM's own, returned with each
+        sampled token (TRL's `sampling_per_token_logps`, on the trainer's scale: `vllm_rollouts.logprobs_mode`), as
+        upstream MiniMind-3 takes SGLang's; a position vLLM gave none for (NaN) falls back as below. Otherwise TRL's
+        `old_per_token_logps` when it computed them (`num_iterations > 1`, generation misaligned with optimizer
+        steps), else the current ones detached (the batch is on-policy: ratio 1 in value)."""
         old = inputs.get("old_per_token_logps")
-        return per_token_logps.detach() if old is None else old
+        old = per_token_logps.detach() if old is None else old
+        sampling = inputs.get("sampling_per_token_logps") if self.use_vllm else None
+        return old if sampling is None else torch.where(torch.isnan(sampling), old, sampling)
 
     def _loss_scale(self, inputs, mode: str) -> LossScale:
         """The normalisers of the aggregation modes, as TRL's `_compute_loss` computes them for its loss types."""

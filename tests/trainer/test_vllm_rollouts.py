@@ -80,3 +80,31 @@ def test_a_server_returning_other_log_probs_is_refused(tmp_path):
     check_server_logprobs_mode("raw_logprobs", args)
     with pytest.raises(RecipeError, match="--logprobs-mode raw_logprobs"):
         check_server_logprobs_mode("processed_logprobs", args)  # what `trl vllm-serve` starts with
+
+
+def test_a_registered_loss_with_vllm_takes_no_second_correction(tmp_path):
+    """MiniMind-3's CISPO weighs tokens by exp(logp - vLLM's logp) itself; TRL's correction on top would weigh twice."""
+    minimind3 = dict(bf16=False, use_vllm=True, loss_type="minimind3_cispo", advantage_estimator="group_zscore",
+                     epsilon_high=5.0)
+    with pytest.raises(RecipeError, match="Set vllm_importance_sampling_correction: false"):
+        config(tmp_path, **minimind3)
+    config(tmp_path, **minimind3, vllm_importance_sampling_correction=False)
+
+
+def test_a_registered_loss_takes_vllms_log_probs_as_the_old_ones():
+    """As upstream MiniMind-3 takes SGLang's; where vLLM gave none (NaN), TRL's or the current ones stand in."""
+    import torch
+
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    current = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    sampling = torch.tensor([[-1.1, float("nan"), -2.9]])
+    old_of = MiniMindGRPOTrainer._old_per_token_logps
+    with_vllm, without = type("T", (), {"use_vllm": True})(), type("T", (), {"use_vllm": False})()
+    torch.testing.assert_close(old_of(with_vllm, {"sampling_per_token_logps": sampling}, current),
+                               torch.tensor([[-1.1, -2.0, -2.9]]))  # fmt: skip
+    trl_old = torch.tensor([[-0.5, -0.6, -0.7]])
+    inputs = {"sampling_per_token_logps": sampling, "old_per_token_logps": trl_old}
+    torch.testing.assert_close(old_of(with_vllm, inputs, current), torch.tensor([[-1.1, -0.6, -2.9]]))
+    assert old_of(without, inputs, current) is trl_old
+    assert not old_of(with_vllm, {}, current).requires_grad

@@ -6,27 +6,26 @@ from vllm_support import _vllm_installed, run_scenario  # noqa: F401  (the fixtu
 
 pytestmark = pytest.mark.vllm
 
-CASES = {  # variant -> (precision, vLLM architecture)
-    "minimind2-dense": ("fp32", "LlamaForCausalLM"),
-    "minimind3-dense-untied": ("bf16", "Qwen3ForCausalLM"),
-    "minimind3-moe": ("fp32", "Qwen3MoeForCausalLM"),
+CASES = {  # variant -> (precision, vLLM architecture, scenario options)
+    "minimind2-dense": ("fp32", "LlamaForCausalLM", ["save"]),  # + checkpoint-2 for the resume
+    "minimind3-dense-untied": ("bf16", "Qwen3ForCausalLM", []),
+    "minimind3-moe": ("fp32", "Qwen3MoeForCausalLM", ["minimind3_loss"]),  # MiniMind-3's CISPO and advantages
 }
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Each variant's run, once for the module (the minimind2-dense run also saves checkpoint-2 for the resume)."""
+    """Each variant's run, once for the module."""
     results = {}
-    for variant, (precision, _) in CASES.items():
+    for variant, (precision, _, options) in CASES.items():
         workdir = tmp_path_factory.mktemp(variant)
-        extra = ["save"] if variant == "minimind2-dense" else []
-        results[variant] = (workdir, run_scenario("colocate", workdir, variant, precision, *extra))
+        results[variant] = (workdir, run_scenario("colocate", workdir, variant, precision, *options))
     return results
 
 
 @pytest.mark.parametrize("variant", CASES)
 def test_three_steps_with_the_weight_sync_checked(runs, variant):
-    precision, architecture = CASES[variant]
+    precision, architecture, _ = CASES[variant]
     result = runs[variant][1]
     assert result["engine"] == {"dtype": "float32" if precision == "fp32" else "bfloat16",
                                 "logprobs_mode": "raw_logprobs", "architecture": architecture}  # fmt: skip
@@ -47,11 +46,19 @@ def test_three_steps_with_the_weight_sync_checked(runs, variant):
 @pytest.mark.parametrize("variant", CASES)
 def test_the_loss_inputs_carry_vllms_log_probs_on_the_trainers_scale(runs, variant):
     """TRL's `sampling_per_token_logps` (vLLM's, with each token) reach the loss; with tempered_logprobs off vLLM
-    returns raw log-probs, so they match the trainer's untempered ones up to the engines' arithmetic."""
-    precision, _ = CASES[variant]
+    returns raw log-probs, so they match the trainer's untempered ones up to the engines' arithmetic. TRL's losses
+    get TRL's importance-sampling correction from them; MiniMind-3's CISPO takes them as its old log-probs."""
+    precision, _, options = CASES[variant]
     result = runs[variant][1]
-    assert {"sampling_per_token_logps", "old_per_token_logps", "importance_sampling_ratio"} <= set(result["inputs_keys"])
+    assert "sampling_per_token_logps" in result["inputs_keys"]
     assert result["sampling_vs_trainer_logp_max_diff"] < (1e-4 if precision == "fp32" else 0.1)
+    if "minimind3_loss" in options:
+        assert result["registered_loss_calls"] >= 3
+        assert result["registered_old_vs_sampling_max_diff"] == 0.0  # the ratio's old log-probs are vLLM's
+        assert "importance_sampling_ratio" not in result["inputs_keys"]
+    else:
+        assert {"old_per_token_logps", "importance_sampling_ratio"} <= set(result["inputs_keys"])
+        assert result["registered_loss_calls"] == 0
 
 
 def test_a_resume_rolls_out_from_the_checkpoint(runs):

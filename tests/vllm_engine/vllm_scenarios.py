@@ -161,7 +161,11 @@ def token_parity_reward(completion_ids, **kwargs):
     return [sum(1 for token in ids if token % 2 == 0) / max(len(ids), 1) for ids in completion_ids]
 
 
-def grpo_args(output_dir: Path, precision: str, save: bool, max_steps: int = 3):
+MINIMIND3_LOSS = dict(loss_type="minimind3_cispo", advantage_estimator="group_zscore", epsilon_high=5.0,
+                      vllm_importance_sampling_correction=False)  # MiniMind-3's GRPO (docs/generations.md)
+
+
+def grpo_args(output_dir: Path, precision: str, save: bool, max_steps: int = 3, **overrides):
     from minimind_trl.trainer import MiniMindGRPOConfig
 
     return MiniMindGRPOConfig(
@@ -169,7 +173,7 @@ def grpo_args(output_dir: Path, precision: str, save: bool, max_steps: int = 3):
         per_device_train_batch_size=4, num_generations=2, max_completion_length=12, learning_rate=0.05,
         lr_scheduler_type="constant", report_to="none", logging_steps=1, seed=0, beta=0.02,
         save_strategy="steps" if save else "no", save_steps=2, use_vllm=True, vllm_mode="colocate",
-        vllm_max_model_length=MAX_MODEL_LEN,
+        vllm_max_model_length=MAX_MODEL_LEN, **overrides,
     )  # fmt: skip
 
 
@@ -207,21 +211,34 @@ class SyncProbe:
 
 
 class InputsProbe:
-    """Records, from the loss's inputs, vLLM's sampling log-probs against the trainer's own (`old_per_token_logps`)."""
+    """Records, from the loss's inputs, vLLM's sampling log-probs against the trainer's own (TRL's
+    `old_per_token_logps`, or the policy's in a registered loss), and what a registered loss took as old log-probs."""
 
     def __init__(self, trainer):
-        self.keys, self.max_diff = set(), 0.0
-        compute_loss = trainer._compute_loss
+        self.keys, self.max_diff, self.old_vs_sampling, self.registered_calls = set(), 0.0, 0.0, 0
+        compute_loss, old_logps = trainer._compute_loss, trainer._old_per_token_logps
 
         def recording_compute_loss(model, inputs):
             self.keys.update(inputs)
             if "sampling_per_token_logps" in inputs and "old_per_token_logps" in inputs:
-                mask = inputs["completion_mask"].bool()
-                diff = (inputs["sampling_per_token_logps"] - inputs["old_per_token_logps"])[mask].abs().max().item()
-                self.max_diff = max(self.max_diff, diff)
+                self.record(inputs, inputs["old_per_token_logps"])
             return compute_loss(model, inputs)
 
-        trainer._compute_loss = recording_compute_loss
+        def recording_old_logps(inputs, per_token_logps):
+            old = old_logps(inputs, per_token_logps)
+            self.registered_calls += 1
+            mask = inputs["completion_mask"].bool()
+            self.old_vs_sampling = max(self.old_vs_sampling,
+                                       (old - inputs["sampling_per_token_logps"])[mask].abs().max().item())  # fmt: skip
+            self.record(inputs, per_token_logps.detach())
+            return old
+
+        trainer._compute_loss, trainer._old_per_token_logps = recording_compute_loss, recording_old_logps
+
+    def record(self, inputs, trainer_logps):
+        mask = inputs["completion_mask"].bool()
+        diff = (inputs["sampling_per_token_logps"] - trainer_logps)[mask].abs().max().item()
+        self.max_diff = max(self.max_diff, diff)
 
 
 def sync_report(trainer, sync_probe, base_model, tokenizer, precision: str) -> dict:
@@ -259,13 +276,15 @@ def sync_report(trainer, sync_probe, base_model, tokenizer, precision: str) -> d
     return report
 
 
-def scenario_colocate(workdir: Path, variant: str, precision: str, save: str = "") -> dict:
+def scenario_colocate(workdir: Path, variant: str, precision: str, *options: str) -> dict:
+    """`options`: `save` (checkpoint-2 for `resume`), `minimind3_loss` (MiniMind-3's CISPO and advantages)."""
     from minimind_trl.trainer import MiniMindGRPOTrainer
 
     folder = workdir / variant
     base_model, tokenizer = build_folder(folder, variant)
+    overrides = MINIMIND3_LOSS if "minimind3_loss" in options else {}
     trainer = MiniMindGRPOTrainer(str(folder), reward_funcs=[token_parity_reward],
-                                  args=grpo_args(workdir / "run", precision, save == "save"),
+                                  args=grpo_args(workdir / "run", precision, "save" in options, **overrides),
                                   train_dataset=train_dataset())  # fmt: skip
     result = {"engine": {"dtype": str(trainer.vllm_generation.llm.llm_engine.model_config.dtype).removeprefix("torch."),
                          "logprobs_mode": trainer.vllm_generation.llm.llm_engine.model_config.logprobs_mode,
@@ -280,6 +299,8 @@ def scenario_colocate(workdir: Path, variant: str, precision: str, save: str = "
     result["syncs"] = sync_probe.syncs
     result["inputs_keys"] = sorted(inputs_probe.keys)
     result["sampling_vs_trainer_logp_max_diff"] = inputs_probe.max_diff
+    result["registered_loss_calls"] = inputs_probe.registered_calls
+    result["registered_old_vs_sampling_max_diff"] = inputs_probe.old_vs_sampling
     result["sync"] = sync_report(trainer, sync_probe, base_model, tokenizer, precision)
     result["checkpoints"] = sorted(p.name for p in (workdir / "run").glob("checkpoint-*"))
     return result
