@@ -205,3 +205,13 @@ def test_roofline_flop_count_equals_torchs_count_of_a_real_forward(generation, m
     assert forward_flops(shapes, tokens=batch * length, context=length, head_positions=batch * length) == (
         counter.get_total_flops()
     )
+
+
+def test_vllm_rollouts_lean_side_runs_and_reports(capsys):
+    """The lean sampler's side at a toy size (the vLLM side runs in tests/vllm_engine, where vLLM is installed)."""
+    import vllm_rollouts
+
+    summary = vllm_rollouts.main(["--size", "demo", "--sides", "lean", "--prompts", "1", "--generations", "2",
+                                  "--new-tokens", "4", "--repeats", "1"])  # fmt: skip
+    assert summary["rollouts_per_round"] == 2 and summary["lean_rollouts_per_s"] > 0 and summary["lean_decode_kernel"]
+    assert "vllm_rollouts_per_s" not in summary and _last_json_line(capsys.readouterr().out) == summary
