@@ -107,7 +107,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
         if self.use_vllm:
             reload_layerwise_on_cpu(self.vllm_generation)
-        if self.use_vllm and self.vllm_mode == "server" and args.vllm_importance_sampling_correction:
+        uses_vllm_logprobs = args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES
+        if self.use_vllm and self.vllm_mode == "server" and uses_vllm_logprobs:
             if self.accelerator.is_main_process:
                 server_info = self.vllm_generation.vllm_client.get_server_info()
                 check_server_logprobs_mode(server_info["model_config"]["logprobs_mode"], args)
