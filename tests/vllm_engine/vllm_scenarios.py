@@ -145,10 +145,11 @@ def scenario_transformers_backend(workdir: Path) -> dict:
 
     llm = LLM(model=str(folder), dtype="float32", max_model_len=MAX_MODEL_LEN, model_impl="transformers",
               trust_remote_code=True, seed=0)  # fmt: skip
+    from vllm.transformers_utils.config import get_config_parser
+
     return {
-        "remote_code_module": type(model).__module__,
+        "hf_config_parser": type(get_config_parser("hf")).__name__,
         "architecture": llm.model_config.architecture,
-        "plugin_loaded": "minimind_trl" in sys.modules,
         **parity(llm, model, build_minimind_tokenizer()),
     }
 
