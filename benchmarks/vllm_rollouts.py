@@ -59,6 +59,11 @@ def build_folder(args, folder: Path) -> list[list[int]]:
     return torch.randint(3, config.vocab_size, (args.prompts, args.prompt_tokens)).tolist()
 
 
+def load_average() -> list[float]:
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
 def timed_rounds(args, run_round) -> list[float]:
     run_round()  # untimed: first-call costs (packing, allocation, compilation)
     seconds = []
@@ -117,10 +122,8 @@ def main(argv=None) -> dict:
     rollouts = args.prompts * args.generations
     print(f"MiniMind {args.size} ({SIZES[args.size]}), {args.dtype}; {args.prompts} prompts x {args.generations} "
           f"completions of {args.new_tokens} tokens; median of {args.repeats}; torch threads {torch.get_num_threads()}")  # fmt: skip
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
     summary = {"size": args.size, "dtype": args.dtype, "rollouts_per_round": rollouts, "new_tokens": args.new_tokens,
-               "loadavg": [float(x) for x in load]}  # fmt: skip
+               "loadavg_start": load_average()}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "minimind"
         prompts = build_folder(args, folder)
@@ -135,7 +138,9 @@ def main(argv=None) -> dict:
                   f"{median:.2f} s per round{', ' + extra if extra else ''})")  # fmt: skip
     if "lean_rollouts_per_s" in summary and "vllm_rollouts_per_s" in summary:
         summary["vllm_over_lean"] = summary["vllm_rollouts_per_s"] / summary["lean_rollouts_per_s"]
-        print(f"  vLLM / lean: {summary['vllm_over_lean']:.2f}x   (load average {' '.join(load)})")
+        print(f"  vLLM / lean: {summary['vllm_over_lean']:.2f}x")
+    summary["loadavg_end"] = load_average()
+    print(f"  load average (1, 5, 15 min) at start {summary['loadavg_start']}, at end {summary['loadavg_end']}")
     print(json.dumps(summary))
     return summary
 
