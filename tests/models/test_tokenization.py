@@ -69,3 +69,47 @@ def test_built_tokenizer_specials_tags_and_round_trip(tmp_path):
 def test_without_reasoning_tags_the_tags_are_several_pieces():
     tokenizer = build_minimind_tokenizer(reasoning_tags=False)
     assert len(tokenizer("<think>")["input_ids"]) > 1
+
+
+# --------------------------------------------------------------------------- MiniMind-3 (generation="minimind3")
+
+
+def test_built_minimind3_template_is_upstreams_and_renders_the_fixture_prompts():
+    """The shipped template is MiniMind-3's file verbatim, and renders every fixture conversation (both
+    `open_thinking` choices) to the prompt upstream's tokenizer rendered."""
+    import json
+
+    from conftest import SHARED
+
+    from minimind_trl.models.minimind.tokenization_minimind import MINIMIND3_CHAT_TEMPLATE
+
+    upstream = AutoTokenizer.from_pretrained(require_shared(FIXTURES / "MiniMind-3" / "tokenizer"))
+    built = build_minimind_tokenizer(generation="minimind3")
+    assert built.chat_template == MINIMIND3_CHAT_TEMPLATE == upstream.chat_template
+    cases = [json.loads(line) for line in (SHARED / "fixtures" / "minimind3-grpo" / "rewards.jsonl").open()]
+    for case in cases:
+        rendered = built.apply_chat_template(
+            case["conversation"], tokenize=False, add_generation_prompt=True, open_thinking=case["open_thinking"]
+        )
+        assert rendered == case["prompt"], case["case"]
+    assert {case["open_thinking"] for case in cases} == {True, False}
+
+
+def test_built_minimind3_tokenizer_has_think_tags_only_and_no_default_system_turn(tmp_path):
+    from minimind_trl.models.minimind.tokenization_minimind import THINK_TAGS
+
+    tokenizer = build_minimind_tokenizer(generation="minimind3")
+    for tag in THINK_TAGS:
+        assert len(tokenizer(tag, add_special_tokens=False)["input_ids"]) == 1
+    assert len(tokenizer("<answer>", add_special_tokens=False)["input_ids"]) > 1  # MiniMind-3 has no <answer>
+    completion = "先想一想\n</think>\n\nParis"
+    ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == completion  # </think> survives TRL's decoding
+    user = [{"role": "user", "content": "Hi"}]
+    assert tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True, open_thinking=True) == (
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).chat_template == tokenizer.chat_template
+    with pytest.raises(ValueError, match="minimind2, minimind3"):
+        build_minimind_tokenizer(generation="minimind4")

@@ -10,6 +10,10 @@ corpus and gives it MiniMind's specials and chat template:
 * optionally the reasoning tags `<think>`, `</think>`, `<answer>`, `</answer>` are single *non-special*
   tokens, so TRL's `skip_special_tokens=True` decoding keeps them in the text the rule rewards read.
 
+`generation="minimind3"` builds MiniMind-3's (upstream d65ef2c) instead: its chat template (no default system turn;
+the generation prompt opens a thought, `<think>\\n`, when rendered with `open_thinking=True`, else closes an empty
+one), and `<think>`, `</think>` as single non-special tokens (MiniMind-3 has no `<answer>`).
+
 `PortableTokenizerFast` saves its files in the form upstream's own converter writes (`tokenizer_class:
 PreTrainedTokenizerFast`, `extra_special_tokens: {}`), which transformers 4.57.x (upstream's pinned version),
 5.x and llama.cpp's `convert_hf_to_gguf.py` all read; transformers 5 alone would write `TokenizersBackend` and a
@@ -41,6 +45,97 @@ MINIMIND_CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+
+# MiniMind-3's chat template (upstream d65ef2c, `model/tokenizer_config.json`), verbatim: the demo and the tests
+# render prompts exactly as upstream's tokenizer does without reading its files.
+MINIMIND3_CHAT_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if true %}
+            {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if open_thinking is defined and open_thinking is true %}
+        {{- '<think>\n' }}
+    {%- else %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""
+THINK_TAGS = ("<think>", "</think>")  # MiniMind-3's reasoning tags (added tokens, not special)
+CHAT_TEMPLATES = {"minimind2": MINIMIND_CHAT_TEMPLATE, "minimind3": MINIMIND3_CHAT_TEMPLATE}
+GENERATION_TAGS = {"minimind2": REASONING_TAGS, "minimind3": THINK_TAGS}
 
 # A little bilingual text so the default tokenizer has sensible merges for both scripts.
 _DEFAULT_CORPUS = (
@@ -122,6 +217,7 @@ def build_minimind_tokenizer(
     vocab_size: int = 6400,
     reasoning_tags: bool = True,
     model_max_length: int = 32768,
+    generation: str = "minimind2",
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer with MiniMind's specials and chat template.
 
@@ -129,9 +225,13 @@ def build_minimind_tokenizer(
         corpus: texts to learn merges from (a small built-in bilingual sample when None). Any text can be
             encoded whatever the corpus: byte-level BPE falls back to single bytes.
         vocab_size: upper bound on the vocabulary (a small corpus yields fewer merges).
-        reasoning_tags: add `<think>`, `</think>`, `<answer>`, `</answer>` as single non-special tokens.
+        reasoning_tags: add the generation's reasoning tags as single non-special tokens (MiniMind2: `<think>`,
+            `</think>`, `<answer>`, `</answer>`; MiniMind-3: `<think>`, `</think>`).
         model_max_length: recorded on the tokenizer.
+        generation: `"minimind2"` (the seed's chat template) or `"minimind3"` (MiniMind-3's, with `open_thinking`).
     """
+    if generation not in CHAT_TEMPLATES:
+        raise ValueError(f"generation must be one of {', '.join(CHAT_TEMPLATES)}, got {generation!r}")
     texts = list(corpus) if corpus is not None else list(_DEFAULT_CORPUS)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -144,7 +244,7 @@ def build_minimind_tokenizer(
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     if reasoning_tags:
-        tokenizer.add_tokens(list(REASONING_TAGS))
+        tokenizer.add_tokens(list(GENERATION_TAGS[generation]))
     fast = PortableTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token="<|im_start|>",
@@ -154,7 +254,7 @@ def build_minimind_tokenizer(
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
-    fast.chat_template = MINIMIND_CHAT_TEMPLATE
+    fast.chat_template = CHAT_TEMPLATES[generation]
     return fast
 
 
@@ -164,6 +264,8 @@ __all__ = [
     "portable_tokenizer",
     "build_minimind_tokenizer",
     "MINIMIND_CHAT_TEMPLATE",
+    "MINIMIND3_CHAT_TEMPLATE",
+    "THINK_TAGS",
     "DEFAULT_SYSTEM_PROMPT",
     "REASONING_TAGS",
 ]
