@@ -1,7 +1,8 @@
 """`minimind-trl demo`: teach a tiny MiniMind the reasoning format and a reward model's preference with GRPO on CPU,
 in minutes, offline.
 
-    minimind-trl demo [--rewards full|rules] [--steps 500] [--seed 42] [--output_dir minimind-trl-demo]
+    minimind-trl demo [--rewards full|rules] [--upstream minimind2|minimind3] [--steps 500] [--seed 42]
+                      [--output_dir minimind-trl-demo]
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -19,6 +20,11 @@ The demo is the real pipeline on an embedded default, not a separate trainer:
    (reward over the first vs the last 10 steps, completions before vs after, the share of held-out prompts
    answered in the question's language before and after) and the same figures in `summary.json`.
 
+`--upstream minimind3` runs MiniMind-3's GRPO (upstream d65ef2c) instead of the seed's: a tiny MiniMind-3 (q/k
+norms) with MiniMind-3's chat template, warm-start examples in its completion layout (`demo_minimind3`), its five
+reward terms with the demo's reward model asked MiniMind-3's way, `group_zscore` + `minimind3_cispo` and per-prompt
+`thinking_ratio` (`recipes/demo/grpo_minimind3.yaml`).
+
 Ctrl-C during GRPO saves the current model (folder + `.pth`) into `<output-dir>/interrupted-step-N`.
 """
 
@@ -33,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DemoError
+from . import demo_minimind3
 from .demo_model import (
     FORMAT_EXAMPLES_FILE,
     PROMPTS_FILE,
@@ -44,10 +51,18 @@ from .demo_model import (
     sample_completions,
     save_folder,
 )
+from .demo_variants import (  # noqa: F401  (the recipes' names are the demo's public constants)
+    GRPO_FULL_RECIPE,
+    GRPO_MINIMIND3_RECIPE,
+    GRPO_RECIPE,
+    VARIANTS,
+    Variant,
+    grpo_recipe,
+    reward_kind,
+    sampling,
+)
 from .flags import FlagParser
 
-GRPO_RECIPE = "demo/grpo.yaml"
-GRPO_FULL_RECIPE = "demo/grpo_full.yaml"
 REWARD_MODEL_DIR = "_reward_model"
 GRPO_PROMPTS_FILE = "_grpo_prompts.jsonl"  # --rewards full: the bundled prompts less the held-out ones
 SUMMARY_FILE = "summary.json"
@@ -86,6 +101,7 @@ class WarmStart:
     steps: int
     layout_share: float | None  # at the last probe; None when no probe ran
     target: float
+    layout: str = "the exact layout"  # what the probe looked for
 
     def why_it_stopped(self) -> str:
         """The clause the demo prints after the step count ("" when the steps were given)."""
@@ -93,15 +109,15 @@ class WarmStart:
             return ""
         share, target = f"{self.layout_share:.0%}", f"{self.target:.0%}"
         if self.layout_share >= self.target:
-            return f", until {share} of its sampled completions had the exact layout (target {target})"
-        return f" (its cap: the last probe found {share} with the exact layout, short of the target {target})"
+            return f", until {share} of its sampled completions had {self.layout} (target {target})"
+        return f" (its cap: the last probe found {share} with {self.layout}, short of the target {target})"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = FlagParser(
         prog="minimind-trl demo",
         description="Teach a tiny MiniMind the <think>/<answer> format and a reward model's preference with GRPO on "
-        "CPU (offline, a few minutes).",
+        "CPU (offline, a few minutes). --upstream minimind3: MiniMind-3's GRPO instead of the seed's.",
     )
     parser.add_argument(
         "--rewards",
@@ -110,6 +126,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="full: upstream's reasoning reward, format + tag_count + a tiny reward model the demo trains to prefer "
         "answers in the question's language (clipped to 3, blended 0.4/0.6); rules: format + tag_count only, the "
         "layout without content (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--upstream",
+        choices=tuple(VARIANTS),
+        default="minimind2",
+        help="the upstream GRPO to run: minimind2 (the seed, fea69cf: recipes/demo/grpo_full.yaml or grpo.yaml) or "
+        "minimind3 (d65ef2c: a tiny MiniMind-3 with its chat template and <think>...</think> answer layout, its five "
+        "reward terms - length, thinking_length, think_close_count, repetition_penalty and the demo's reward model "
+        "on the answer - group_zscore advantages, the minimind3_cispo loss and thinking_ratio; "
+        "recipes/demo/grpo_minimind3.yaml) (default: %(default)s)",
     )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
@@ -135,6 +161,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="torch CPU threads (default: %(default)s; at this model size more threads mostly add overhead)",
     )
     args = parser.parse_args(argv)
+    if args.upstream == "minimind3" and args.rewards == "rules":
+        parser.error("--rewards rules is the seed's rule-only reward; --upstream minimind3 runs MiniMind-3's whole "
+                     "reward")
     for name in ("steps", "warm_start_steps", "threads", "reward_model_steps"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warm_start_steps" else 1):
@@ -148,20 +177,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --------------------------------------------------------------------------- warm start
 
 
-def layout_share(model, tokenizer, training_args, prompts) -> float:
-    """Share of `prompts` whose completion, sampled as GRPO samples, has the seed's exact layout (format reward)."""
+def layout_share(model, tokenizer, training_args, prompts, variant: Variant = VARIANTS["minimind2"]) -> float:
+    """Share of `prompts` whose completion, sampled as GRPO samples, has the variant's layout (the seed's: the
+    exact layout of its format reward; MiniMind-3's: one `</think>` then an answer, after an open thought)."""
     import torch
 
-    from ..rewards.rule_rewards import format_reward
-
     with torch.random.fork_rng():  # probing must not move the training's random stream
-        texts = generate_completions(model, tokenizer, training_args, prompts, seed=0)
-    scores = format_reward(prompts, texts)
-    return sum(score > 0 for score in scores) / len(scores)
+        texts = generate_completions(model, tokenizer, training_args, prompts, 0, variant.sample_kwargs)
+    return sum(variant.has_layout(text) for text in texts) / len(texts)
 
 
-def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str, grpo_args) -> WarmStart:
-    """A brief SFT of `model` on the bundled format examples (in place).
+def sft_rows(variant: Variant, seed: int, thinking_ratio: float | None) -> list[dict]:
+    """The warm start's TRL SFT rows: the bundled format examples as they are (the seed's layout) or in MiniMind-3's."""
+    conversations = read_conversations(FORMAT_EXAMPLES_FILE)
+    if variant.generation == "minimind3":
+        return demo_minimind3.warm_start_rows(conversations, thinking_ratio, seed)
+    return [{"prompt": turns[:-1], "completion": turns[-1:]} for turns in conversations]
+
+
+def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str, grpo_args,
+               variant: Variant = VARIANTS["minimind2"], thinking_ratio: float | None = None) -> WarmStart:
+    """A brief SFT of `model` on the bundled format examples (in place; in MiniMind-3's layout for that variant,
+    opening the thought in `thinking_ratio` of the prompts as GRPO will).
 
     With `steps` None it runs until `target_layout_share` of sampled completions have the exact layout, at least
     the recipe's `min_steps` and at most its `max_steps`: GRPO then starts, on every seed, from a policy that
@@ -177,8 +214,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     if steps is not None:
         argv += ["--max_steps", str(steps), "--target_layout_share", "0"]
     sft_args, stop_args = TrlParser((SFTConfig, WarmStartArguments)).parse_args_and_config(argv)
-    conversations = read_conversations(FORMAT_EXAMPLES_FILE)
-    dataset = Dataset.from_list([{"prompt": turns[:-1], "completion": turns[-1:]} for turns in conversations])
+    dataset = Dataset.from_list(sft_rows(variant, seed, thinking_ratio))
     probe_prompts = [turns[0]["content"] for turns in read_conversations(PROMPTS_FILE)][: stop_args.probe_prompts]
     shares = []
 
@@ -187,7 +223,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
             probing = stop_args.target_layout_share > 0 and state.global_step >= stop_args.min_steps
             if not probing or state.global_step % stop_args.probe_every:
                 return
-            shares.append(layout_share(model, tokenizer, grpo_args, probe_prompts))
+            shares.append(layout_share(model, tokenizer, grpo_args, probe_prompts, variant))
             model.train()
             if shares[-1] >= stop_args.target_layout_share:
                 control.should_training_stop = True
@@ -198,7 +234,9 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
     trainer.train()
-    return WarmStart(trainer.state.global_step, shares[-1] if shares else None, stop_args.target_layout_share)
+    return WarmStart(
+        trainer.state.global_step, shares[-1] if shares else None, stop_args.target_layout_share, variant.layout_name
+    )
 
 
 # --------------------------------------------------------------------------- the run
@@ -291,14 +329,16 @@ def run_demo(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     quiet_libraries()
     set_seed(args.seed)
+    variant = VARIANTS[args.upstream]
 
-    tokenizer = build_tokenizer()
-    model = build_model(len(tokenizer))
+    tokenizer = build_tokenizer(variant.generation)
+    model = build_model(len(tokenizer), generation=variant.generation)
     params = sum(p.numel() for p in model.parameters())
     spec = DemoModel()
     print(
-        f"Model: MiniMind {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M parameters, "
-        f"vocabulary {len(tokenizer)} (tokenizer learned from the bundled prompts), random init, seed {args.seed}."
+        f"Model: {variant.label} {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M "
+        f"parameters, vocabulary {len(tokenizer)} (tokenizer learned from the bundled prompts), random init, seed "
+        f"{args.seed}."
     )
     overrides = {
         "model_name_or_path": str(output_dir / WARM_START_DIR),  # written below, before the trainer loads it
@@ -310,7 +350,8 @@ def run_demo(args: argparse.Namespace) -> int:
     reward_model_report = None
     if args.rewards == "full":  # GRPO and the reward model see the prompts the content check does not use
         reward_model_report = prepare_full_reward(
-            output_dir / REWARD_MODEL_DIR, output_dir / GRPO_PROMPTS_FILE, args.seed, args.reward_model_steps
+            output_dir / REWARD_MODEL_DIR, output_dir / GRPO_PROMPTS_FILE, args.seed, args.reward_model_steps,
+            variant.pairs, variant.reward_model_asked,
         )
         overrides.update(
             dataset_name=str(output_dir / GRPO_PROMPTS_FILE),
@@ -318,28 +359,27 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     if args.steps is not None:
         overrides["max_steps"] = args.steps
-    script_args, training_args, model_args, recipe = parse_recipe(
-        GRPO_FULL_RECIPE if args.rewards == "full" else GRPO_RECIPE, overrides
-    )
+    script_args, training_args, model_args, recipe = parse_recipe(grpo_recipe(args), overrides)
 
     warm_steps = 0
     if args.warm_start_steps != 0:
         sft_dir = str(output_dir / "_warm_start.sft")
-        warm = warm_start(model, tokenizer, args.seed, args.warm_start_steps, sft_dir, training_args)
+        warm = warm_start(model, tokenizer, args.seed, args.warm_start_steps, sft_dir, training_args, variant,
+                          script_args.thinking_ratio)
         shutil.rmtree(sft_dir, ignore_errors=True)
         warm_steps = warm.steps
         print(
             f"Warm start: {warm_steps} SFT steps (TRL SFTTrainer) on {FORMAT_EXAMPLES_FILE.name}"
-            f"{warm.why_it_stopped()}; it shows the model the tags, GRPO has to make the exact layout the rule and "
-            f"learn when to stop ({time.time() - started:.0f}s so far)."
+            f"{warm.why_it_stopped()}; {variant.warm_start_note} ({time.time() - started:.0f}s so far)."
         )
     else:
         print("Warm start: none (--warm_start_steps 0); GRPO starts from random weights.")
     policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
     del model
     warm_model = MiniMindForCausalLM.from_pretrained(policy_dir)
-    before = sample_completions(warm_model, tokenizer, training_args, seed=args.seed)
-    content_before = sample_content_share(warm_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed)
+    before = sample_completions(warm_model, tokenizer, training_args, seed=args.seed, **sampling(variant))
+    content_before = sample_content_share(warm_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
+                                          variant.in_language, variant.sample_kwargs)
     del warm_model
 
     progress = DemoProgress(output_dir / "metrics.jsonl")
@@ -349,9 +389,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
-        f"rewards {' + '.join(script_args.reward_funcs)} "
-        f"({'max 1.5' if args.rewards == 'rules' else 'rules max 1.5, reward model clipped to +-3'}), "
-        f"recipe {recipe.path}"
+        f"rewards {' + '.join(script_args.reward_funcs)} ({variant.reward_scale(args.rewards)}), "
+        f"{training_args.advantage_estimator} advantages, loss {training_args.loss_type}, recipe {recipe.path}"
     )
     grpo_started = time.time()
     interrupted = None
@@ -363,17 +402,19 @@ def run_demo(args: argparse.Namespace) -> int:
     grpo_seconds = time.time() - grpo_started
     final_dir = interrupted or output_dir
 
-    title = f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter MiniMind on CPU (seed {args.seed})\n" + (
+    title = f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter {variant.label} on CPU (seed {args.seed})\n"
+    title += (
         f"after a {warm_steps}-step SFT warm start" if warm_steps else "from random weights, no warm start"
     )
     plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
     after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
-    after = sample_completions(after_model, tokenizer, training_args, seed=args.seed)
-    content_after = sample_content_share(after_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed)
+    after = sample_completions(after_model, tokenizer, training_args, seed=args.seed, **sampling(variant))
+    content_after = sample_content_share(after_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
+                                         variant.in_language, variant.sample_kwargs)
     summary = write_summary(
         output_dir / SUMMARY_FILE,
         progress.records,
-        rewards=args.rewards,
+        rewards=reward_kind(args),
         reward_funcs=list(script_args.reward_funcs),
         grpo_dataset=script_args.dataset_name,
         content=(CONTENT_METRIC, content_before, content_after, len(held_out) * CONTENT_SAMPLES),

@@ -17,7 +17,8 @@ SAMPLE_PROMPTS = ("What is 7 plus 5?", "法国的首都是哪里？", "What is t
 @dataclass(frozen=True)
 class DemoModel:
     """The demo's MiniMind: small enough that a GRPO step (32 completions of 32 tokens) takes a fraction of a
-    second on one CPU core; everything else is MiniMindConfig's MiniMind2 default."""
+    second on one CPU core; everything else is MiniMindConfig's default for the generation (MiniMind2 unless
+    `--upstream minimind3`: then q/k norms and MiniMind-3's MLP width)."""
 
     hidden_size: int = 64
     num_hidden_layers: int = 2
@@ -38,9 +39,12 @@ def read_conversations(path: Path) -> list[list[dict]]:
     return rows
 
 
-def build_tokenizer():
-    """MiniMind-style tokenizer whose merges fit the bundled texts (so a prompt is ~10-20 tokens)."""
+def build_tokenizer(generation: str = "minimind2"):
+    """MiniMind-style tokenizer whose merges fit the bundled texts (so a prompt is ~10-20 tokens), with the
+    generation's chat template and reasoning tags (MiniMind-3: `open_thinking`, `<think>`/`</think>` only)."""
     from ..models.minimind.tokenization_minimind import build_minimind_tokenizer
+
+    from ..prompt_rendering import SYSTEM_PROMPTS
 
     corpus = [
         turn["content"]
@@ -48,13 +52,16 @@ def build_tokenizer():
         for conversation in read_conversations(path)
         for turn in conversation
     ]
-    return build_minimind_tokenizer(corpus=corpus)
+    if generation == "minimind3":  # its prompts may carry upstream's system prompts (system_prompt_ratio)
+        corpus += SYSTEM_PROMPTS
+    return build_minimind_tokenizer(corpus=corpus, generation=generation)
 
 
-def build_model(vocab_size: int, spec: DemoModel = DemoModel()):
+def build_model(vocab_size: int, spec: DemoModel = DemoModel(), generation: str = "minimind2"):
     from ..models.minimind import MiniMindConfig, MiniMindForCausalLM
 
     config = MiniMindConfig(
+        minimind_generation=generation,
         hidden_size=spec.hidden_size,
         num_hidden_layers=spec.num_hidden_layers,
         num_attention_heads=spec.num_attention_heads,
@@ -76,22 +83,27 @@ def save_folder(model, tokenizer, folder: Path) -> Path:
     return folder
 
 
-def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, seed: int = 0):
-    """One completion per prompt, sampled as GRPO samples them, decoded as TRL decodes them, scored with the
-    seed's rule rewards: `[(prompt, completion, reward)]`."""
+def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, seed: int = 0, rule_rewards=None,
+                       chat_template_kwargs=None):
+    """One completion per prompt, sampled as GRPO samples them, decoded as TRL decodes them, scored with the sum of
+    `rule_rewards` (TRL reward functions; default the seed's `format` and `tag_count`):
+    `[(prompt, completion, reward)]`."""
     from ..rewards.rule_rewards import format_reward, tag_count_reward
 
-    texts = generate_completions(model, tokenizer, training_args, prompts, seed)
-    rewards = [f + t for f, t in zip(format_reward(prompts, texts), tag_count_reward(prompts, texts))]
-    return list(zip(prompts, texts, rewards))
+    texts = generate_completions(model, tokenizer, training_args, prompts, seed, chat_template_kwargs)
+    terms = [reward(prompts, texts) for reward in rule_rewards or (format_reward, tag_count_reward)]
+    return list(zip(prompts, texts, [sum(values) for values in zip(*terms)]))
 
 
-def generate_completions(model, tokenizer, training_args, prompts, seed: int) -> list[str]:
-    """One completion per prompt, sampled with GRPO's settings from `seed` and decoded as TRL decodes them."""
+def generate_completions(model, tokenizer, training_args, prompts, seed: int, chat_template_kwargs=None) -> list[str]:
+    """One completion per prompt, sampled with GRPO's settings from `seed` and decoded as TRL decodes them; the
+    prompts are rendered with the chat template and `chat_template_kwargs` (MiniMind-3: `open_thinking`)."""
     import torch
 
     rendered = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+        )
         for p in prompts
     ]
     batch = tokenizer(rendered, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -103,6 +115,7 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int) ->
             do_sample=True,
             temperature=training_args.temperature,
             top_k=training_args.top_k,
+            top_p=training_args.top_p,
             max_new_tokens=training_args.max_completion_length,
             pad_token_id=tokenizer.pad_token_id,
         )

@@ -8,6 +8,7 @@ as `rewards/<name>/mean`), so the demo reports exactly what `minimind-trl grpo` 
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -19,10 +20,28 @@ STEP_FIELDS = (
     ("format", "rewards/format_reward/mean", "{:.3f}"),
     ("tags", "rewards/tag_count_reward/mean", "{:.3f}"),
     ("rm", "rewards/reward_model/mean", "{:+.3f}"),
+    # MiniMind-3 (`--upstream minimind3`)
+    ("length", "rewards/length/mean", "{:+.3f}"),
+    ("thinking", "rewards/thinking_length/mean", "{:+.3f}"),
+    ("close", "rewards/think_close_count/mean", "{:+.3f}"),
+    ("rep", "rewards/repetition_penalty/mean", "{:+.3f}"),
+    ("rm", "rewards/answer_reward_model/mean", "{:+.3f}"),
     ("len", "completions/mean_length", "{:.1f}"),
     ("kl", "kl", "{:.4f}"),
 )
 WINDOW = 10  # the summary compares the mean reward of the first and the last WINDOW logged steps
+TERM_KEY = re.compile(r"^rewards/(.+)/mean$")  # TRL's log of one reward function
+# (TRL log key, legend label, colour) of the reward terms the curve draws, when logged
+CURVE_TERMS = (
+    ("rewards/format_reward/mean", "format reward (max 0.5)", "#e6550d"),
+    ("rewards/tag_count_reward/mean", "tag reward (max 1.0)", "#31a354"),
+    ("rewards/reward_model/mean", "reward model (clipped +-3, 0.4/0.6 blend)", "#756bb1"),
+    ("rewards/length/mean", "length (+-0.5)", "#e6550d"),
+    ("rewards/thinking_length/mean", "thinking length (-0.5 / +1)", "#31a354"),
+    ("rewards/think_close_count/mean", "</think> count (+-0.25)", "#c51b8a"),
+    ("rewards/repetition_penalty/mean", "repetition penalty (-0.5..0)", "#636363"),
+    ("rewards/answer_reward_model/mean", "reward model on the answer (clipped +-3)", "#756bb1"),
+)
 
 
 class DemoProgress(TrainerCallback):
@@ -85,6 +104,23 @@ def reward_windows(records: list[dict], window: int = WINDOW) -> tuple[int, floa
     return window, sum(rewards[:window]) / window, sum(rewards[-window:]) / window
 
 
+def term_windows(records: list[dict], window: int = WINDOW) -> dict[str, list[float]]:
+    """Each logged reward term (`rewards/<name>/mean`, by `<name>`) -> [mean of the first `window` steps, of the last
+    `window`]: the window of `reward_windows`."""
+    windows = reward_windows(records, window)
+    if windows is None:
+        return {}
+    window = windows[0]
+    names = [match.group(1) for key in records[0] if (match := TERM_KEY.match(key))]
+    result = {}
+    for name in names:
+        values = [record.get(f"rewards/{name}/mean") for record in records]
+        values = [value for value in values if value is not None and math.isfinite(value)]
+        if len(values) >= 2 * window:
+            result[name] = [sum(values[:window]) / window, sum(values[-window:]) / window]
+    return result
+
+
 def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) -> Path | None:
     """The total reward per step, its 10-step mean and each logged reward term, as a small PNG (written atomically).
 
@@ -103,19 +139,20 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
     if len(rewards) >= WINDOW:
         smooth = [sum(rewards[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(rewards))]
         axes.plot(steps[WINDOW - 1 :], smooth, color="#08519c", linewidth=2, label=f"reward ({WINDOW}-step mean)")
-    for key, label, color in (
-        ("rewards/format_reward/mean", "format reward (max 0.5)", "#e6550d"),
-        ("rewards/tag_count_reward/mean", "tag reward (max 1.0)", "#31a354"),
-        ("rewards/reward_model/mean", "reward model (clipped +-3, 0.4/0.6 blend)", "#756bb1"),
-    ):
+    for key, label, color in CURVE_TERMS:
         values = [record.get(key) for record in records]
         if all(value is not None for value in values) and len(values) >= WINDOW:
             smooth = [sum(values[i - WINDOW + 1 : i + 1]) / WINDOW for i in range(WINDOW - 1, len(values))]
             axes.plot(steps[WINDOW - 1 :], smooth, color=color, linewidth=1, linestyle="--", label=label)
     axes.set_xlabel("GRPO step")
     with_model = any("rewards/reward_model/mean" in record for record in records)
-    axes.set_ylabel("reward (rules max 1.5, reward model +-3)" if with_model else "rule reward (max 1.5)")
-    axes.set_ylim(*((-3.2, 4.7) if with_model else (0, 1.75)))
+    minimind3 = any("rewards/answer_reward_model/mean" in record for record in records)
+    if minimind3:
+        axes.set_ylabel("reward (rules -1.75..1.75, reward model +-3)")
+        axes.set_ylim(-4.9, 5.5)
+    else:
+        axes.set_ylabel("reward (rules max 1.5, reward model +-3)" if with_model else "rule reward (max 1.5)")
+        axes.set_ylim(*((-3.2, 4.7) if with_model else (0, 1.75)))
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=7.5, ncol=2)
@@ -153,6 +190,7 @@ def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: st
         "reward_first10": windows[1] if windows else None,
         "reward_last10": windows[2] if windows else None,
         "reward_gain": windows[2] - windows[1] if windows else None,
+        "terms_first_last": term_windows(records),  # each reward term: [first, last] window means
         "content_metric": name,
         "content_before": before,
         "content_after": after,
@@ -173,15 +211,27 @@ def summary_lines(
     samples before/after, outputs."""
     lines = [""]
     windows = reward_windows(records)
-    full = summary is not None and summary["rewards"] == "full"
+    kind = summary["rewards"] if summary is not None else "rules"
+    full = kind == "full"
     if windows is not None:
         window, first, last = windows
-        scale = "rules 0-1.5 + reward model -3..3" if full else "upstream's rule rewards, 0-1.5"
+        scale = {"full": "rules 0-1.5 + reward model -3..3", "minimind3": "MiniMind-3's: rules -1.75..1.75 + reward "
+                 "model -3..3"}.get(kind, "upstream's rule rewards, 0-1.5")
         lines.append(
             f"Reward ({scale}): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
             f"({last - first:+.3f}) over {len(records)} steps in {grpo_seconds:.0f}s."
         )
-    if full:
+    if kind == "minimind3":
+        lines.append(
+            "Reward = MiniMind-3's (d65ef2c): length (+-0.5: 20..800 characters) + thinking length (+1 for a 20..300 "
+            "character thought, else -0.5) + </think> count (+-0.25) - the answer's trigram repetition (<= 0.5) + the "
+            "reward model's score of the answer after </think>, clipped to +-3. The reward model prefers answers in "
+            "the question's language."
+        )
+        lines += [
+            f"  {name}: {first:+.3f} -> {last:+.3f}" for name, (first, last) in summary["terms_first_last"].items()
+        ]
+    elif full:
         lines.append(
             "Reward = rule reward (0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once) + the "
             "reward model's score, clipped to +-3, 0.4 x whole completion + 0.6 x the <answer> text (upstream's "
@@ -211,6 +261,7 @@ __all__ = [
     "format_step_line",
     "plot_reward_curve",
     "reward_windows",
+    "term_windows",
     "summary_lines",
     "write_summary",
 ]

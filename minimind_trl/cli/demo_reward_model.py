@@ -21,6 +21,7 @@ import random
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,18 +46,24 @@ def answer_text(completion: str) -> str:
 
 def in_question_language(question: str, completion: str) -> bool:
     """The demo's content property: the answer is written in the question's language (see the module doc)."""
-    text = answer_text(completion)
+    return language_matches(question, answer_text(completion))
+
+
+def language_matches(question: str, text: str) -> bool:
+    """`text` (an answer, tags removed) is in the question's language: a Chinese character for a Chinese question;
+    a Latin letter or digit and no Chinese for an English one."""
     if CJK.search(question):
         return bool(CJK.search(text))
     return bool(LATIN_OR_DIGIT.search(text)) and not CJK.search(text)
 
 
-def content_share(questions: list[str], completions: list[str]) -> float:
-    """Share of completions whose answer is in its question's language."""
-    return sum(in_question_language(q, c) for q, c in zip(questions, completions)) / max(len(completions), 1)
+def content_share(questions: list[str], completions: list[str], in_language=in_question_language) -> float:
+    """Share of completions whose answer is in its question's language (`in_language`: the generation's check)."""
+    return sum(in_language(q, c) for q, c in zip(questions, completions)) / max(len(completions), 1)
 
 
-def sample_content_share(model, tokenizer, training_args, prompts: list[str], samples: int, seed: int) -> float:
+def sample_content_share(model, tokenizer, training_args, prompts: list[str], samples: int, seed: int,
+                         in_language=in_question_language, chat_template_kwargs=None) -> float:
     """Content share of `samples` completions per prompt, sampled as GRPO samples (the random stream is left alone)."""
     import torch
 
@@ -64,8 +71,8 @@ def sample_content_share(model, tokenizer, training_args, prompts: list[str], sa
 
     questions = [prompt for prompt in prompts for _ in range(samples)]
     with torch.random.fork_rng():
-        completions = generate_completions(model, tokenizer, training_args, questions, seed=seed)
-    return content_share(questions, completions)
+        completions = generate_completions(model, tokenizer, training_args, questions, seed, chat_template_kwargs)
+    return content_share(questions, completions, in_language)
 
 
 def split_prompts(prompts: list[str]) -> tuple[list[str], list[str]]:
@@ -120,11 +127,9 @@ def junk(rng: random.Random, most: int) -> str:
     return "".join(rng.choice(JUNK) for _ in range(rng.randint(0, most)))
 
 
-def make_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[str, str]:
-    """(chosen, rejected) completions for `question` with the same layout and think text: the chosen answer is in
-    the question's language, the rejected one in the other language, only numbers/punctuation, or junk (tags,
-    newlines, broken characters: what the policy found to exploit a reward model trained without them). Both may
-    carry junk around the words."""
+def answer_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[str, str]:
+    """(chosen, rejected) answers for `question`: the chosen in the question's language, the rejected in the other
+    language, only numbers/punctuation, or junk; both may carry junk around the words."""
     own = "zh" if CJK.search(question) else "en"
     chosen = fragments.text(rng, own, rng.randint(1, 4))
     roll = rng.random()
@@ -136,6 +141,15 @@ def make_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[
         rejected = junk(rng, 6)
     if rng.random() < 0.4:
         chosen, rejected = junk(rng, 3) + chosen + junk(rng, 3), junk(rng, 3) + rejected + junk(rng, 3)
+    return chosen, rejected
+
+
+def make_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[str, str]:
+    """(chosen, rejected) completions for `question` with the same layout and think text: the chosen answer is in
+    the question's language, the rejected one in the other language, only numbers/punctuation, or junk (tags,
+    newlines, broken characters: what the policy found to exploit a reward model trained without them). Both may
+    carry junk around the words."""
+    chosen, rejected = answer_pair(rng, question, fragments)
     layout = rng.random()
     if layout < 0.3:  # answer-only conversations: what the 0.6 answer term scores
         return chosen, rejected
@@ -162,7 +176,7 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
 # --------------------------------------------------------------------------- training
 
 
-def conversation(question: str, completion: str) -> list[dict]:
+def conversation(question: str, completion: str, context=None) -> list[dict]:
     """What `RewardModelReward` scores: MiniMind's default system turn, the question, the completion."""
     from ..models.minimind.tokenization_minimind import DEFAULT_SYSTEM_PROMPT
 
@@ -170,17 +184,38 @@ def conversation(question: str, completion: str) -> list[dict]:
             {"role": "assistant", "content": completion}]
 
 
-def pairwise_accuracy(scorer, pairs) -> float:
+@dataclass(frozen=True)
+class PairLayout:
+    """How one generation's reward term asks the reward model: `make_pairs(questions, fragments, count, seed)`
+    gives `(question, chosen, rejected, context)` tuples and `conversation(question, completion, context)` the
+    messages the reward model scores (`context`: what else the prompt held, e.g. MiniMind-3's system prompt)."""
+
+    make_pairs: Callable
+    conversation: Callable
+
+
+def _minimind2_pairs(questions, fragments, count, seed):
+    return [(question, chosen, rejected, None) for question, chosen, rejected in
+            make_pairs(questions, fragments, count, seed)]
+
+
+MINIMIND2_PAIRS = PairLayout(_minimind2_pairs, conversation)  # the seed's RewardModelReward (whole completion)
+
+
+def pairwise_accuracy(scorer, pairs, layout: PairLayout = MINIMIND2_PAIRS) -> float:
     """Share of pairs whose chosen completion the scorer scores above the rejected one."""
-    chosen = scorer.score([conversation(q, c) for q, c, _ in pairs])
-    rejected = scorer.score([conversation(q, r) for q, _, r in pairs])
+    chosen = scorer.score([layout.conversation(q, c, x) for q, c, _, x in pairs])
+    rejected = scorer.score([layout.conversation(q, r, x) for q, _, r, x in pairs])
     return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
 
 
 def train_reward_model(output: Path, questions: list[str], held_out: list[str], texts: list[str], *, seed: int = 0,
-                       steps: int = 200, batch_size: int = 32, learning_rate: float = 3e-3, log=print) -> dict:
-    """Write a tiny InternLM2 reward-model folder at `output`, train it on generated pairs, save it in the published
-    layout (loaded back strictly by the native loader) and return its report (held-out pairwise accuracy)."""
+                       steps: int = 200, batch_size: int = 32, learning_rate: float = 3e-3, log=print,
+                       layout: PairLayout = MINIMIND2_PAIRS) -> dict:
+    """Write a tiny InternLM2 reward-model folder at `output`, train it on generated pairs (shown to it as `layout`
+    says: MiniMind2's whole completion after the prompt's turns, or MiniMind-3's answer after the folded turn),
+    save it in the published layout (loaded back strictly by the native loader) and return its report (held-out
+    pairwise accuracy)."""
     import torch
     from safetensors.torch import save_file
 
@@ -195,15 +230,15 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
     tokenizer = load_internlm2_tokenizer(output)
     scorer = InternLM2Scorer(model, tokenizer, batch_size=64)
     fragments = Fragments.from_texts(texts)
-    train_pairs = make_pairs(questions, fragments, steps * batch_size, seed)
-    test_pairs = make_pairs(held_out, fragments, 512, seed + 1)
+    train_pairs = layout.make_pairs(questions, fragments, steps * batch_size, seed)
+    test_pairs = layout.make_pairs(held_out, fragments, 512, seed + 1)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     pad = tokenizer.pad_token_id
     for step in range(steps):
         batch = train_pairs[step * batch_size : (step + 1) * batch_size]
-        ids = [scorer.token_ids(conversation(q, c)) for q, c, _ in batch] + [
-            scorer.token_ids(conversation(q, r)) for q, _, r in batch
+        ids = [scorer.token_ids(layout.conversation(q, c, x)) for q, c, _, x in batch] + [
+            scorer.token_ids(layout.conversation(q, r, x)) for q, _, r, x in batch
         ]
         input_ids, attention_mask = pad_token_ids(ids, pad, "right")
         scores = model(input_ids=input_ids, attention_mask=attention_mask,
@@ -224,7 +259,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
     reloaded = InternLM2Scorer.from_pretrained(output)  # strictly, as the GRPO run will load it
     report = {
         "prefers": CONTENT_METRIC,
-        "held_out_pairwise_accuracy": pairwise_accuracy(reloaded, test_pairs),
+        "held_out_pairwise_accuracy": pairwise_accuracy(reloaded, test_pairs, layout),
         "held_out_pairs": len(test_pairs),
         "train_pairs": len(train_pairs),
         "steps": steps,
@@ -245,14 +280,17 @@ def bundled_texts() -> tuple[list[str], list[str], list[str]]:
     return train, held_out, questions + replies
 
 
-def prepare_full_reward(reward_model_dir: Path, prompts_file: Path, seed: int, steps: int) -> dict:
+def prepare_full_reward(reward_model_dir: Path, prompts_file: Path, seed: int, steps: int,
+                        layout: PairLayout = MINIMIND2_PAIRS, asked: str = "") -> dict:
     """`--rewards full`: train the reward model into `reward_model_dir` on the training prompts, write those prompts
-    (the bundled ones less the held-out ones) as GRPO's dataset, print what was done; return the model's report."""
+    (the bundled ones less the held-out ones) as GRPO's dataset, print what was done; return the model's report.
+    `asked` says how the pairs were shown to it (printed)."""
     train, held_out, texts = bundled_texts()
-    report = train_reward_model(reward_model_dir, train, held_out, texts, seed=seed, steps=steps, log=None)
+    report = train_reward_model(reward_model_dir, train, held_out, texts, seed=seed, steps=steps, log=None,
+                                layout=layout)
     print(
         f"Reward model: tiny InternLM2 layout (InternLM2ForRewardModel, SentencePiece tokenizer) trained in "
-        f"{report['seconds']:.0f}s on {report['train_pairs']} generated pairs to prefer the {CONTENT_METRIC}; "
+        f"{report['seconds']:.0f}s on {report['train_pairs']} generated pairs{asked} to prefer the {CONTENT_METRIC}; "
         f"held-out pairwise accuracy {report['held_out_pairwise_accuracy']:.1%}."
     )
     with prompts_file.open("w", encoding="utf-8") as handle:

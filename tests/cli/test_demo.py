@@ -255,7 +255,7 @@ def test_warm_start_stops_at_the_first_probe_that_reaches_the_target(tmp_path, m
     shares = iter([0.0, 0.05, 0.2, 0.9])
     probed_at = []
 
-    def scripted_share(probed_model, probed_tokenizer, grpo_args, prompts):
+    def scripted_share(probed_model, probed_tokenizer, grpo_args, prompts, variant):
         probed_at.append(len(prompts))
         return next(shares)
 
@@ -410,3 +410,76 @@ def test_reward_model_prefers_the_property_on_held_out_prompts(tmp_path):
 def test_a_rerun_may_replace_what_the_full_reward_demo_writes():
     for name in (demo.REWARD_MODEL_DIR, demo.GRPO_PROMPTS_FILE, demo.SUMMARY_FILE):
         assert demo.DEMO_OUTPUTS.match(name), name
+
+
+# --------------------------------------------------------------------------- --upstream minimind3 (issue 25)
+
+
+MINIMIND3_SMOKE_ARGS = ["--upstream", "minimind3", "--steps", "3", "--warm-start-steps", "2",
+                        "--reward-model-steps", "3", "--seed", "0", "--threads", "1"]
+MINIMIND3_TERMS = ("length", "thinking_length", "think_close_count", "repetition_penalty", "answer_reward_model")
+
+
+@pytest.fixture(scope="module")
+def minimind3_smoke_run(tmp_path_factory):
+    """One short `minimind-trl demo --upstream minimind3` run: a 3-step reward model, 2 SFT steps, 3 GRPO steps."""
+    output_dir = tmp_path_factory.mktemp("demo-minimind3") / "out"
+    rc = cli(["demo", *MINIMIND3_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    return rc, output_dir
+
+
+def test_minimind3_demo_trains_minimind3s_grpo_and_logs_its_five_terms(minimind3_smoke_run):
+    from minimind_trl.models.minimind.tokenization_minimind import MINIMIND3_CHAT_TEMPLATE
+
+    rc, output_dir = minimind3_smoke_run
+    assert rc == 0
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in records] == [1, 2, 3]
+    for record in records:
+        terms = [record[f"rewards/{name}/mean"] for name in MINIMIND3_TERMS]
+        assert -3.0 <= terms[-1] <= 3.0
+        assert record["reward"] == pytest.approx(sum(terms), abs=1e-5)
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    assert summary["rewards"] == "minimind3" and summary["reward_funcs"] == list(MINIMIND3_TERMS)
+    assert set(summary["terms_first_last"]) == set(MINIMIND3_TERMS)
+    args = torch.load(output_dir / "training_args.bin", weights_only=False)
+    assert (args.loss_type, args.advantage_estimator, args.upstream) == ("minimind3_cispo", "group_zscore", "minimind3")
+    # the model is a MiniMind-3 (q/k norms), the tokenizer MiniMind-3's template, and the card compares to d65ef2c
+    model = AutoModelForCausalLM.from_pretrained(output_dir)
+    assert model.config.minimind_generation == "minimind3" and hasattr(model.model.layers[0].self_attn, "q_norm")
+    assert AutoTokenizer.from_pretrained(output_dir).chat_template == MINIMIND3_CHAT_TEMPLATE
+    card = (output_dir / "README.md").read_text()
+    assert "upstream parity: MiniMind-3 (d65ef2c)" in card and "| thinking_ratio | 0.9 | 0.9 |" in card
+    _check_native_pth(output_dir)
+
+
+def test_minimind3_demo_recipe_explains_each_departure_from_minimind3():
+    """Every setting where recipes/demo/grpo_minimind3.yaml departs from d65ef2c (as the run plan lists them) has a
+    comment that names upstream's value, and nothing of MiniMind-3's algorithm is among them."""
+    from minimind_trl.cli.run_plan import upstream_departures
+
+    path = Path(resolve_recipe(demo.GRPO_MINIMIND3_RECIPE))
+    script_args, training_args, _, _ = parse_recipe(
+        demo.GRPO_MINIMIND3_RECIPE, {"dataset_name": str(demo.PROMPTS_FILE), "output_dir": "unused"}
+    )
+    departures = [line.split(":")[0] for line in upstream_departures(script_args, training_args)]
+    assert set(departures) == {"learning_rate", "per_device_train_batch_size", "max_prompt_length",
+                               "max_completion_length", "beta", "bf16"}, departures  # fmt: skip
+    lines = path.read_text().splitlines()
+    for name in departures:
+        (at,) = [i for i, line in enumerate(lines) if line.startswith(f"{name}:")]
+        comment = " ".join(line.partition("#")[2] for line in lines[at : at + 3])
+        assert "upstream" in comment, (name, comment)
+
+
+def test_minimind3_rejects_the_seeds_rule_only_reward(capsys):
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--upstream", "minimind3", "--rewards", "rules"])
+    assert "--rewards rules is the seed's" in capsys.readouterr().err
+
+
+def test_minimind3_is_documented_in_help(capsys):
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert "--upstream {minimind2,minimind3}" in out and "grpo_minimind3.yaml" in out

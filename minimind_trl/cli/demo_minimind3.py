@@ -1,0 +1,119 @@
+"""What `minimind-trl demo --upstream minimind3` changes: MiniMind-3's completion layout, its warm-start examples,
+how its reward-model term asks the demo's reward model, and where the answer the content check reads is.
+
+MiniMind-3 (upstream d65ef2c) has no `<answer>` block. Its chat template ends the prompt with an open thought
+(`<think>\\n`, `open_thinking=True`, chosen per prompt with `thinking_ratio`) or a closed empty one; the completion
+is then `thinking\\n</think>\\n\\nanswer` (open) or the answer alone (closed). Its reward-model term scores the
+answer (the text after the first `</think>`) after one user turn that folds the prompt's turns
+(`minimind_trl.rewards.minimind3_rewards.reward_model_messages`): with an added system prompt the question is
+preceded by `system: ...` and upstream's Chinese separator, which the seed demo's reward model never saw. So this
+variant trains the demo's reward model on pairs asked exactly that way (`PAIRS`), with the same preference: the
+answer is in the question's language.
+"""
+
+import random
+import re
+
+from ..prompt_rendering import SYSTEM_PROMPTS, keyed_uniform
+from ..rewards.minimind3_rewards import reward_model_messages, split_thinking
+from .demo_reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches
+
+THINK_CLOSE = "</think>"
+EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", re.DOTALL)
+# Share of the reward model's training pairs whose prompt carries one of upstream's system prompts: above GRPO's
+# 20 % (system_prompt_ratio) so that the folded form (`system: ...`, upstream's separator, the question) is learnt
+# too.
+PAIRS_SYSTEM_RATIO = 0.5
+# Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them, the
+# policy of a first version (seed 42) answered every question "苹果是apple", which that reward model scored high
+# for English questions too (the seed's pairs never mix; MiniMind-3's term, seeing only the short answer, is
+# easier to game).
+PAIRS_MIXED_RATIO = 0.3
+
+
+def answer_text(completion: str) -> str:
+    """MiniMind-3's answer (the text after the first `</think>`, stripped; the whole completion without one), with
+    stray tags removed: what the content check reads."""
+    return TAGS.sub(" ", split_thinking(completion)[1]).strip()
+
+
+def in_question_language(question: str, completion: str) -> bool:
+    """The demo's content property on MiniMind-3's answer."""
+    return language_matches(question, answer_text(completion))
+
+
+def has_layout(completion: str) -> bool:
+    """MiniMind-3's layout after an open thought: exactly one `</think>`, then a non-empty answer."""
+    thinking, answer = split_thinking(completion)
+    return thinking is not None and completion.count(THINK_CLOSE) == 1 and bool(answer)
+
+
+# --------------------------------------------------------------------------- warm start
+
+
+def warm_start_rows(conversations: list[list[dict]], thinking_ratio: float, seed: int) -> list[dict]:
+    """The bundled format examples (`<think>\\nT\\n</think>\\n<answer>\\nA\\n</answer>`) as TRL SFT prompt-completion
+    rows in MiniMind-3's layout: each row's prompt opens the thought with probability `thinking_ratio` (keyed on
+    `seed` and the row, as GRPO's prompts; TRL passes the row's `chat_template_kwargs` to the template) and its
+    completion is `T\\n</think>\\n\\nA`, or `A` alone after a closed thought. The chat template renders the assistant
+    turn with its thought, so the prompt is a prefix of prompt + completion either way."""
+    rows = []
+    for row, turns in enumerate(conversations):
+        match = EXAMPLE.match(turns[-1]["content"])
+        if match is None:
+            raise ValueError(f"format example {row} is not <think>/<answer> laid out: {turns[-1]['content']!r}")
+        thought, answer = match.groups()
+        open_thinking = keyed_uniform(seed, 0, row, "open_thinking") < thinking_ratio
+        reply = f"{thought}\n{THINK_CLOSE}\n\n{answer}" if open_thinking else answer
+        rows.append({
+            "prompt": turns[:-1],
+            "completion": [{"role": "assistant", "content": reply}],
+            "chat_template_kwargs": {"open_thinking": open_thinking},
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------- the reward model's pairs
+
+
+def conversation(question: str, answer: str, system_prompt: str | None) -> list[dict]:
+    """What MiniMind-3's reward-model term asks about: the folded prompt turns (a system prompt, if any, then the
+    question) and the answer, stripped as upstream strips it."""
+    turns = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": question}
+    ]
+    return reward_model_messages(turns, answer.strip())
+
+
+def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int) -> list[tuple]:
+    """`count` (question, chosen answer, rejected answer, system prompt or None) tuples: the answers of the seed's
+    pairs (`answer_pair`), without the think part MiniMind-3's term never shows the reward model, and for English
+    questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`)."""
+    rng = random.Random(seed)
+    pairs = []
+    while len(pairs) < count:
+        question = rng.choice(questions)
+        chosen, rejected = answer_pair(rng, question, fragments)
+        if not CJK.search(question) and rng.random() < PAIRS_MIXED_RATIO:
+            pieces = [fragments.text(rng, "en", rng.randint(1, 3)), fragments.text(rng, "zh", rng.randint(1, 2))]
+            rng.shuffle(pieces)
+            rejected = rng.choice(("", " ")).join(pieces)
+        system_prompt = rng.choice(SYSTEM_PROMPTS) if rng.random() < PAIRS_SYSTEM_RATIO else None
+        if language_matches(question, TAGS.sub(" ", chosen).strip()) and not language_matches(
+            question, TAGS.sub(" ", rejected).strip()
+        ):
+            pairs.append((question, chosen, rejected, system_prompt))
+    return pairs
+
+
+PAIRS = PairLayout(make_pairs, conversation)
+
+__all__ = [
+    "PAIRS",
+    "answer_text",
+    "conversation",
+    "has_layout",
+    "in_question_language",
+    "make_pairs",
+    "warm_start_rows",
+]

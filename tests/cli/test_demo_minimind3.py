@@ -1,0 +1,129 @@
+"""The demo's MiniMind-3 ingredients (`demo_minimind3`): warm-start rows in MiniMind-3's layout that TRL's SFT
+tokenizes as the policy will see them, the answer the content check reads, the reward model's pairs asked
+MiniMind-3's way, and (slow) a reward model trained on them that prefers the question's language."""
+
+import pytest
+from conftest import require_shared
+
+from minimind_trl.cli import demo_minimind3 as m3
+from minimind_trl.cli.demo_model import FORMAT_EXAMPLES_FILE, build_tokenizer, read_conversations
+from minimind_trl.cli.demo_reward_model import Fragments, bundled_texts
+from minimind_trl.prompt_rendering import SYSTEM_PROMPTS
+from minimind_trl.rewards.minimind3_rewards import HISTORY_SEPARATOR, think_close_count
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer("minimind3")
+
+
+def test_warm_start_rows_are_the_examples_in_minimind3s_layout(tokenizer):
+    """Each row renders (as TRL's SFT renders it, with the row's `chat_template_kwargs`) to the prompt GRPO would
+    render plus the completion: `thought\\n</think>\\n\\nanswer` after an open thought, the answer after a closed
+    one."""
+    conversations = read_conversations(FORMAT_EXAMPLES_FILE)
+    rows = m3.warm_start_rows(conversations, 0.9, seed=3)
+    assert len(rows) == len(conversations)
+    opened = [row["chat_template_kwargs"]["open_thinking"] for row in rows]
+    assert 0.8 < sum(opened) / len(rows) < 0.97 and not all(opened)
+    assert opened != [row["chat_template_kwargs"]["open_thinking"] for row in m3.warm_start_rows(conversations, 0.9, 4)]
+    for row, turns in zip(rows, conversations):
+        kwargs = row["chat_template_kwargs"]
+        prompt = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True, **kwargs)
+        full = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False, **kwargs)
+        assert full.startswith(prompt)
+        completion = full[len(prompt) :]
+        thought, answer = turns[-1]["content"].split("\n</think>\n<answer>\n")
+        thought, answer = thought.removeprefix("<think>\n"), answer.removesuffix("\n</answer>")
+        if kwargs["open_thinking"]:
+            assert prompt.endswith("<|im_start|>assistant\n<think>\n")
+            assert completion == f"{thought}\n</think>\n\n{answer}<|im_end|>\n"
+            assert m3.has_layout(completion.removesuffix("<|im_end|>\n"))
+        else:
+            assert prompt.endswith("<think>\n\n</think>\n\n") and completion == f"{answer}<|im_end|>\n"
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert tokenizer(full, add_special_tokens=False)["input_ids"][: len(prompt_ids)] == prompt_ids
+
+
+def test_the_answer_is_what_follows_the_first_think_close():
+    assert m3.answer_text("想一想\n</think>\n\n巴黎") == "巴黎"
+    assert m3.answer_text("a\n</think>\n\nParis </think> x") == "Paris   x"  # later tags are not language
+    assert m3.answer_text("Paris") == "Paris"  # no </think>: the whole completion
+    assert m3.in_question_language("法国的首都是哪里？", "The capital is Paris.\n</think>\n\n巴黎")
+    assert not m3.in_question_language("法国的首都是哪里？", "法国的首都是巴黎。\n</think>\n\nParis")
+    assert not m3.in_question_language("What is 7 plus 5?", "7 + 5 = 12\n</think>\n\n")
+    assert m3.has_layout("a\n</think>\n\nb") and not m3.has_layout("a\n</think>\n\n</think>\n\nb")
+    assert not m3.has_layout("a b c") and not m3.has_layout("a\n</think>\n\n")
+
+
+def test_pairs_are_asked_minimind3s_way_and_differ_in_the_property_only():
+    train, _, texts = bundled_texts()
+    pairs = m3.make_pairs(train, Fragments.from_texts(texts), 300, seed=0)
+    assert len(pairs) == 300
+    with_system = [pair for pair in pairs if pair[3] is not None]
+    assert 0.35 < len(with_system) / len(pairs) < 0.65 and {pair[3] for pair in with_system} <= set(SYSTEM_PROMPTS)
+    for question, chosen, rejected, system_prompt in pairs:  # the answers as the term shows them: all after </think>
+        assert m3.in_question_language(question, "</think>" + chosen)
+        assert not m3.in_question_language(question, "</think>" + rejected)
+        user, assistant = m3.conversation(question, chosen, system_prompt)
+        assert (user["role"], assistant) == ("user", {"role": "assistant", "content": chosen.strip()})
+        if system_prompt is None:
+            assert user["content"] == question
+        else:  # upstream's fold: the system turn as history, then the new question
+            assert user["content"] == f"system: {system_prompt}{HISTORY_SEPARATOR}{question}"
+
+
+def test_pairs_fold_as_the_reward_term_folds_a_rendered_prompt(tokenizer):
+    """What the reward model is trained on is what `AnswerRewardModelReward` asks it about a rendered prompt."""
+    from minimind_trl.rewards.minimind3_rewards import AnswerRewardModelReward
+
+    class Recorder:
+        def score(self, conversations):
+            self.seen = conversations
+            return [0.0] * len(conversations)
+
+    recorder = Recorder()
+    term = AnswerRewardModelReward(recorder)
+    system, question, answer = SYSTEM_PROMPTS[3], "狗有几条腿？", "四条"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": question}],
+        tokenize=False, add_generation_prompt=True, open_thinking=True,
+    )  # fmt: skip
+    term([prompt, prompt], [f"想一想\n</think>\n\n{answer}", answer])
+    assert recorder.seen == [m3.conversation(question, answer, system)] * 2
+
+
+def test_the_four_rule_terms_see_one_think_close_in_the_warm_start_completions():
+    rows = m3.warm_start_rows(read_conversations(FORMAT_EXAMPLES_FILE), 1.0, seed=0)
+    replies = [row["completion"][0]["content"] for row in rows]
+    assert set(think_close_count([""] * len(replies), replies)) == {0.25}
+
+
+@pytest.mark.slow
+def test_reward_model_asked_minimind3s_way_prefers_the_question_language(tmp_path):
+    """The demo's reward-model training on MiniMind-3 pairs (seed 0, the demo's 200 steps): >= 90 % pairwise accuracy
+    on held-out prompts, both with a folded system prompt and without."""
+    from minimind_trl.cli.demo_reward_model import pairwise_accuracy, train_reward_model
+    from minimind_trl.rewards.scorers import InternLM2Scorer
+
+    train, held_out, texts = bundled_texts()
+    report = train_reward_model(tmp_path / "rm", train, held_out, texts, seed=0, log=None, layout=m3.PAIRS)
+    assert report["held_out_pairwise_accuracy"] >= 0.9, report
+    scorer = InternLM2Scorer.from_pretrained(tmp_path / "rm")
+    pairs = m3.make_pairs(held_out, Fragments.from_texts(texts), 512, seed=1)
+    for with_system in (True, False):
+        subset = [pair for pair in pairs if (pair[3] is not None) == with_system]
+        assert pairwise_accuracy(scorer, subset, m3.PAIRS) >= 0.9, with_system
+
+
+def test_upstream_tokenizer_folds_the_same_prompt(tokenizer):
+    """The demo's tokenizer renders prompts as MiniMind-3's own does, so its folds are upstream's."""
+    from transformers import AutoTokenizer
+
+    from conftest import FIXTURES
+
+    upstream = AutoTokenizer.from_pretrained(require_shared(FIXTURES / "MiniMind-3" / "tokenizer"))
+    messages = [{"role": "system", "content": SYSTEM_PROMPTS[0]}, {"role": "user", "content": "What is 7 plus 5?"}]
+    for open_thinking in (True, False):
+        kwargs = dict(tokenize=False, add_generation_prompt=True, open_thinking=open_thinking)
+        assert tokenizer.apply_chat_template(messages, **kwargs) == upstream.apply_chat_template(messages, **kwargs)
