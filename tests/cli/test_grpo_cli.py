@@ -16,7 +16,6 @@ from minimind_trl.grpo import main, parse_args, parse_recipe
 
 RECIPES = REPO_ROOT / "recipes"
 SEED_RECIPES = sorted((RECIPES / "minimind2" / "grpo").glob("*.yaml"))
-MINIMIND3_RECIPE = RECIPES / "minimind3" / "grpo" / "reasoning.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -247,42 +246,6 @@ def test_seed_recipes_hold_the_seed_settings(path):
         assert (
             values[name] == pytest.approx(seed_value) if isinstance(seed_value, float) else values[name] == seed_value
         ), name
-
-
-def recipe_comments(path: Path) -> dict[str, str]:
-    """Each top-level key of a recipe and the comment on its line."""
-    comments = {}
-    for line in path.read_text().splitlines():
-        if line and not line.startswith((" ", "#")):
-            key, _, rest = line.partition(":")
-            comments[key] = rest.partition("#")[2]
-    return comments
-
-
-def test_minimind3_recipe_is_the_minimind3_record_and_departs_in_nothing():
-    """d65ef2c's train_grpo.py defaults: every row of the MiniMind-3 record (script rows included) has the record's
-    value, the run plan lists no departure, and each value's comment names the upstream flag the record gives."""
-    from minimind_trl.cli.run_plan import upstream_departures
-    from minimind_trl.generations import GENERATIONS, compare
-
-    generation = GENERATIONS["minimind3"]
-    # bf16 as shipped: on a CPU-only machine transformers wants use_cpu for it (not a setting of the record)
-    script_args, training_args, model_args, _ = parse_args(["--config", str(MINIMIND3_RECIPE), "--use_cpu", "true"])
-    assert training_args.upstream == "minimind3"
-    assert upstream_departures(script_args, training_args) == []
-    rows = compare(generation, training_args, script_args)
-    assert len(rows) == len(generation.rows()) and [row.name for row in rows if not row.same] == []
-    values, comments = _recipe_values(MINIMIND3_RECIPE), recipe_comments(MINIMIND3_RECIPE)
-    assert all(comments[key].strip() for key in values), [key for key in values if not comments[key].strip()]
-    named = 0
-    for row in generation.rows():
-        if row.flag.startswith("--"):
-            assert row.name in values, f"{MINIMIND3_RECIPE} does not state {row.name} ({row.flag})"
-            flag = row.flag.split()[0].rstrip(";,")
-            assert flag in comments[row.name], (row.name, flag, comments[row.name])
-            named += 1
-    assert named >= 12
-    assert model_args.model_name_or_path == "out/full_sft_768.pth"  # --from_weight full_sft
 
 
 def test_seed_settings_table_matches_the_config_defaults():
