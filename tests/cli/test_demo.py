@@ -483,3 +483,22 @@ def test_minimind3_is_documented_in_help(capsys):
         demo.parse_args(["--help"])
     out = capsys.readouterr().out
     assert "--upstream {minimind2,minimind3}" in out and "grpo_minimind3.yaml" in out
+
+
+@pytest.mark.slow
+def test_the_minimind3_demo_learns_minimind3s_reward(tmp_path):
+    """`minimind-trl demo --upstream minimind3` with its defaults (seed 42): the last 10 GRPO steps' mean total reward
+    (MiniMind-3's five terms) is at least 1.5 above the first 10's. Over seeds 42, 1, 2, 3 the gain was +3.0 to +3.8
+    (docs/demo.md; +3.1 on this seed, whose run is deterministic), so 1.5 is half the smallest gain. It is not a
+    bound for every seed: after step 100 the 10-step mean swings between 0.1 and 2.5 on this seed, and on seeds 2
+    and 3 it dips once back to the first steps' level. The reward model's term carries most of the gain (+2.4 here,
+    >= +1.0 asserted) and the answers move to the question's language (+0.38 to +0.48 over the seeds, +0.41 here;
+    >= +0.2 asserted), checked without the reward model."""
+    output_dir = tmp_path / "out"
+    assert demo.main(["--upstream", "minimind3", "--output-dir", str(output_dir)]) == 0
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    assert summary["rewards"] == "minimind3" and summary["reward_window"] == 10
+    assert summary["reward_last10"] - summary["reward_first10"] >= 1.5, summary
+    first, last = summary["terms_first_last"]["answer_reward_model"]
+    assert last - first >= 1.0, summary["terms_first_last"]
+    assert summary["content_after"] - summary["content_before"] >= 0.2, summary
