@@ -68,7 +68,7 @@ def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) 
         "wall_s": wall,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
-        "command": " ".join(["minimind-trl demo", *command[3:]]),
+        "command": " ".join(["minimind-trl", *command[3:]]),
     }
 
 
