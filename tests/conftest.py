@@ -88,3 +88,24 @@ def load_fixture_case(era: str, case: str) -> dict:
         "inputs": torch.load(folder / "inputs.pt", weights_only=True),
         "expected": torch.load(folder / "expected.pt", weights_only=True),
     }
+
+
+@pytest.fixture
+def cpu_machine(monkeypatch):
+    """`cpu_machine(bf16_native)`: the CPU every precision choice sees computes bf16 natively and fast (an AVX512-BF16
+    server) or not at all (AVX2: bf16 40x slower than fp32); its once-only log lines start afresh."""
+    from minimind_trl.trainer import cpu_precision
+
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    cpu_precision._log_once.cache_clear()
+
+    def set_machine(bf16_native: bool):
+        capability = "AVX512" if bf16_native else "AVX2"
+        cpu = cpu_precision.CpuInfo("AuthenticAMD", "AMD EPYC", capability, False, bf16_native, False, bf16_native)
+        probe = cpu_precision.Bf16Probe(fp32_s=1e-3, bf16_s=0.5e-3 if bf16_native else 40e-3)
+        choice = cpu_precision.decide(cpu, probe)
+        monkeypatch.setattr(cpu_precision, "machine_choice", lambda: choice)
+        return choice
+
+    yield set_machine
+    cpu_precision._log_once.cache_clear()

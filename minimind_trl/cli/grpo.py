@@ -56,8 +56,21 @@ def train(script_args, training_args, model_args, callbacks=None, recipe: Recipe
     return run(trainer, script_args)
 
 
+def show_package_notes() -> None:
+    """The package's INFO lines (the precision chosen for this CPU, where the native weights went) on stderr,
+    unless the program has configured logging itself."""
+    package = logging.getLogger("minimind_trl")
+    if package.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("minimind-trl: %(message)s"))
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`minimind-trl grpo`; user errors raise `MiniMindTRLError` before any model loads (the command reports them)."""
+    show_package_notes()
     script_args, training_args, model_args, recipe = parse_args(argv)
     plan = check_run(script_args, training_args, model_args)
     trainer = build_from_plan(plan, script_args, training_args, model_args, recipe=recipe)

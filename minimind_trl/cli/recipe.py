@@ -195,8 +195,9 @@ def _cpu_hint(exc: Exception) -> str:
     if "doesn't support bf16" not in str(exc):
         return ""
     return (
-        " [no GPU here: upstream recipes train in bf16; on CPU pass --use_cpu true, and --bf16 false for the "
-        "upstream's own CPU numerics (its bf16 autocast does nothing on CPU)]"
+        " [no GPU here: an explicit bf16 on CPU needs --use_cpu true; or leave bf16 unset to get this CPU's own "
+        "choice (bf16 only where it is native, docs/cpu.md), or pass --bf16 false for upstream's own CPU numerics "
+        "(its bf16 autocast does nothing on CPU)]"
     )
 
 

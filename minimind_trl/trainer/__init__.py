@@ -7,6 +7,7 @@
   (`minimind_trl.generations` records which one each generation uses);
 * `fast_sampling` / `decode_kernel` / `fast_logprobs`: the lean rollout sampler, its packed MiniMind decoding
   step and the completion-only log-prob head;
+* `cpu_precision`: bf16 or fp32 on CPU, chosen from what this CPU computes fast (`bf16` unset);
 * `checkpointing`: crash-safe checkpoints and resume checks; `model_card`: the run's card section;
 * `trl_overrides`: what is substituted inside TRL's constructor.
 """

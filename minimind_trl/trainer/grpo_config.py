@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from ..errors import RecipeError, RewardSpecError
 from ..generations import get_generation, render_generations_table
 from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
+from .cpu_precision import choose_bf16, runs_on_cpu
 from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION
 from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
 
@@ -67,11 +68,12 @@ class MiniMindGRPOConfig(GRPOConfig):
             vLLM.
         sampling_weights_dtype (`str` or `None`, *optional*, defaults to `"auto"`):
             With `fast_sampling`, the dtype of the GEMM weights the rollouts decode with, packed from the policy at
-            every generation. `"auto"`: `"bfloat16"` when training with `bf16: true` (upstream's `--dtype
-            bfloat16`, under which its GPU rollouts ran bf16 GEMMs) and the decode kernel applies (MiniMind on
-            CPU), the policy's own dtype otherwise, so `bf16: false` samples in exact fp32. `None`: always the
-            policy's dtype. The loss always scores the real weights; the measured difference is in
-            docs/deviations.md#bf16-numerics and `benchmarks/bf16_sampling.py`.
+            every generation. `"auto"`: `"bfloat16"` when training in bf16 (upstream's `--dtype bfloat16`, under
+            which its GPU rollouts ran bf16 GEMMs), the decode kernel applies (MiniMind on CPU) and this CPU
+            computes bf16 natively (the choice `bf16` unset makes, see `bf16`), the policy's own dtype otherwise,
+            so `bf16: false` samples in exact fp32. `None`: always the policy's dtype. The loss always scores the
+            real weights; the measured difference is in docs/deviations.md#bf16-numerics and
+            `benchmarks/bf16_sampling.py`.
         save_native_pth (`bool`, *optional*, defaults to `False`):
             Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
             in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for
@@ -128,9 +130,14 @@ class MiniMindGRPOConfig(GRPOConfig):
         num_iterations (`int`, defaults to `1`): one optimisation pass per generation, so the PPO ratio is
             exactly 1 in value and its clipping never binds (upstream has no clipping).
         use_bias_correction_kl (`bool`, defaults to `False`): upstream's KL carries no importance-sampling weight.
-        bf16 (`bool`, defaults to `True` unless `fp16` is set): bf16 mixed precision (autocast, fp32 master
-            weights), upstream's `--dtype bfloat16`. `bf16: false` restores fp32 numerics. As in TRL, bf16 on a
-            machine without a GPU needs `use_cpu: true`.
+        bf16 (`bool` or `None`, defaults to `None`, "auto"): bf16 mixed precision (autocast, fp32 master weights),
+            upstream's `--dtype bfloat16`. Unset, it is chosen for the machine before the Trainer is built: on
+            GPUs and other accelerators bf16 (TRL's default, unless `fp16`); on CPU bf16 only where the CPU
+            computes bf16 natively (AMX, AVX512-BF16) and a start-up probe finds its GEMMs faster than fp32's, fp32
+            otherwise, with one log line saying which and why (`minimind_trl.trainer.cpu_precision`, docs/cpu.md);
+            on a machine without accelerator an automatic bf16 also sets `use_cpu`. `true`/`false` are kept as
+            given (an explicit `true` on a CPU where bf16 is many times slower warns once, with the measured
+            ratio). As in TRL, an explicit bf16 on a machine without a GPU needs `use_cpu: true`.
         activation_checkpointing / gradient_checkpointing (`bool`, default off): upstream does not recompute
             activations; TRL's default (on) trades a second forward of every layer for memory.
         logging_steps (`float`, defaults to `1`): seed `--log_interval`.
@@ -189,7 +196,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         default="auto",
         metadata={
             "help": "Decode rollouts with GEMM weights in this dtype, packed from the policy every generation "
-            "('auto': bfloat16 with bf16: true where the MiniMind decode kernel applies, else the policy's dtype; "
+            "('auto': bfloat16 with bf16 where the MiniMind decode kernel applies and the CPU computes bf16 "
+            "natively, else the policy's dtype; "
             "None: the policy's dtype). Halves the bytes read per decoding step. The loss still scores the real "
             "weights. One of auto, bfloat16, float16, None.",
         },
@@ -240,6 +248,13 @@ class MiniMindGRPOConfig(GRPOConfig):
     )
 
     # TRL / transformers parameters with upstream's defaults
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision (upstream's --dtype bfloat16). Unset: chosen for the machine, bf16 on GPUs, "
+            "on CPU only where bf16 is native and faster than fp32 (a start-up probe; docs/cpu.md)."
+        },
+    )
     learning_rate: float = field(default=8e-8, metadata={"help": "Peak learning rate of AdamW (upstream: 8e-8)."})
     lr_scheduler_type: str = field(
         default="cosine_with_min_lr",
@@ -288,6 +303,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = 1
         self._check_sampling_and_weights()
+        self._choose_precision()
         super().__post_init__()
 
         if self.temperature is None or not self.temperature > 0 or self.temperature == float("inf"):
@@ -382,6 +398,15 @@ class MiniMindGRPOConfig(GRPOConfig):
             self.top_k = 0  # vLLM's "disabled"; stock `generate` refuses -1 and the lean sampler would read it as 0
         if self.top_k is not None and self.top_k < 0:
             raise RecipeError(f"top_k must be 0 (or -1: disabled) or a positive number of tokens, got {self.top_k}")
+
+    def _choose_precision(self) -> None:
+        """`bf16` unset: chosen for this machine (`cpu_precision.choose_bf16`), before `TrainingArguments` turns it
+        into accelerate's mixed precision. `accelerate launch --mixed_precision bf16` counts as an explicit bf16."""
+        auto = self.bf16 is None and os.environ.get("ACCELERATE_MIXED_PRECISION") != "bf16"
+        on_cpu = runs_on_cpu(self.use_cpu)
+        self.bf16 = choose_bf16(None if auto else (self.bf16 is not False), self.fp16, on_cpu)
+        if auto and self.bf16 and on_cpu and not self.use_cpu:
+            self.use_cpu = True  # no accelerator here; transformers refuses bf16 on CPU without use_cpu
 
 
 def _require_deepspeed_extra(args: MiniMindGRPOConfig) -> None:

@@ -44,6 +44,7 @@ from .reward_checks import check_trainer_arguments, check_weighted_rewards, chec
 from .run_identity import model_source, trainer_run_identity
 from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
+from . import cpu_precision
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_aggregation
@@ -155,7 +156,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             return None
         sampler = FastSampler()
         if args.sampling_weights_dtype == "auto":  # bf16 decode GEMMs only through the kernel (see the config)
-            if args.bf16 and sampler.kernel_applies(self.accelerator.unwrap_model(self.model)):
+            kernel = sampler.kernel_applies(self.accelerator.unwrap_model(self.model))  # MiniMind on CPU
+            if args.bf16 and kernel and cpu_precision.machine_choice().bf16:
                 sampler.weights_dtype = torch.bfloat16
         elif args.sampling_weights_dtype is not None:
             sampler.weights_dtype = getattr(torch, args.sampling_weights_dtype)

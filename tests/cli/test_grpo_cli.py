@@ -89,15 +89,28 @@ def test_config_flag_with_equals_sign(tmp_path, policy, data):
     assert parsed.path == str(recipe) and parsed.overrides == ["--max_steps", "3"]
 
 
-def test_seed_recipe_on_a_machine_without_gpu_says_how_to_run_on_cpu():
-    from transformers.utils import is_torch_bf16_gpu_available
+@pytest.fixture
+def no_accelerator():
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator: the CPU's choice does not apply")
 
-    if is_torch_bf16_gpu_available():
-        pytest.skip("bf16 runs on this machine's GPU")
+
+@pytest.mark.parametrize("bf16_native", [False, True], ids=["avx2", "avx512-bf16"])
+def test_seed_recipe_on_a_machine_without_gpu_takes_the_cpus_precision(no_accelerator, cpu_machine, bf16_native):
+    """The seed recipes leave bf16 unset (upstream's bf16 on GPUs): on CPU they run, in what the CPU does fast."""
+    cpu_machine(bf16_native)
+    for recipe in SEED_RECIPES:
+        _, training_args, _, _ = parse_args(["--config", str(recipe)])
+        assert training_args.bf16 is bf16_native and training_args.use_cpu is bf16_native, recipe
+        assert training_args.mixed_precision == ("bf16" if bf16_native else "no")
+
+
+def test_explicit_bf16_on_a_machine_without_gpu_says_how_to_run_on_cpu(no_accelerator, cpu_machine):
+    cpu_machine(True)
     with pytest.raises(RecipeError) as error:
-        parse_args(["--config", str(RECIPES / "minimind2" / "grpo" / "reasoning.yaml")])
+        parse_args(["--config", str(RECIPES / "minimind2" / "grpo" / "reasoning.yaml"), "--bf16", "true"])
     assert "doesn't support bf16/gpu" in str(error.value)  # transformers' own message is kept
-    assert "on CPU pass --use_cpu true, and --bf16 false" in str(error.value)
+    assert "an explicit bf16 on CPU needs --use_cpu true; or leave bf16 unset" in str(error.value)
 
 
 def test_missing_recipe_is_an_error(tmp_path):
@@ -226,7 +239,7 @@ def test_seed_recipes_parse_and_comment_every_value(path):
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if line and not line.startswith((" ", "#")):
             assert "#" in line, f"{path}:{number}: value without a comment naming its upstream flag: {line!r}"
-    # bf16 needs a GPU; everything else parses as shipped.
+    # fp32, so that the parse does not depend on this machine's precision; everything else parses as shipped.
     script_args, training_args, model_args, _ = parse_args(
         ["--config", str(path), "--bf16", "false", "--use_cpu", "true"]
     )
@@ -243,6 +256,9 @@ def test_seed_recipes_hold_the_seed_settings(path):
     values = _recipe_values(path)
     for name, flag, seed_value in UPSTREAM_SETTINGS:
         assert name in values, f"{path} does not state {name} ({flag})"
+        if name == "bf16":  # unset: chosen for the machine, upstream's bf16 on GPUs (docs/cpu.md)
+            assert values[name] is None, f"{path}: bf16 must stay unset so a CPU without native bf16 runs in fp32"
+            continue
         assert (
             values[name] == pytest.approx(seed_value) if isinstance(seed_value, float) else values[name] == seed_value
         ), name
@@ -253,7 +269,8 @@ def test_seed_settings_table_matches_the_config_defaults():
     from minimind_trl.trainer import MiniMindGRPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(MiniMindGRPOConfig)}
-    defaults["bf16"] = True  # resolved in __post_init__ (on unless fp16)
+    assert defaults["bf16"] is None  # chosen in __post_init__: True on GPUs (unless fp16), the CPU's choice on CPU
+    defaults["bf16"] = True
     for name, _, seed_value in UPSTREAM_SETTINGS:
         assert defaults[name] == seed_value, name
 

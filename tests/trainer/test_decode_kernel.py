@@ -247,18 +247,23 @@ def trainer_for(tmp_path, model_overrides=None, **args):
 
 
 @pytest.mark.parametrize(
-    ("args", "model_overrides", "expected"),
+    ("args", "model_overrides", "native", "expected"),
     [
-        (dict(bf16=True), None, torch.bfloat16),  # "auto" is the default
-        (dict(bf16=False), None, None),  # fp32 training samples in exact fp32
-        (dict(bf16=True, sampling_weights_dtype=None), None, None),  # explicit None: the policy's dtype
-        (dict(bf16=True), dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0}), None),  # no kernel
+        (dict(bf16=True), None, True, torch.bfloat16),  # "auto" is the default
+        (dict(), None, True, torch.bfloat16),  # bf16 unset: this CPU's choice, bf16 here
+        (dict(), None, False, None),  # bf16 unset on a CPU without native bf16: fp32 training and decoding
+        (dict(bf16=True), None, False, None),  # bf16 insisted on where it is slow: decoding stays fp32
+        (dict(bf16=False), None, True, None),  # fp32 training samples in exact fp32
+        (dict(bf16=True, sampling_weights_dtype=None), None, True, None),  # explicit None: the policy's dtype
+        (dict(bf16=True), dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0}), True, None),  # no kernel
     ],
-    ids=["bf16-auto", "fp32-auto", "bf16-explicit-none", "bf16-auto-no-kernel"],
+    ids=["bf16-auto", "unset-native", "unset-avx2", "bf16-avx2", "fp32-auto", "bf16-explicit-none", "bf16-auto-no-kernel"],
 )
-def test_trainer_resolves_auto_sampling_dtype(tmp_path, args, model_overrides, expected):
-    """`sampling_weights_dtype="auto"` must give bf16 decode GEMMs only when training in bf16 and the kernel
-    applies (elsewhere a bf16 copy of the whole model would change the rollouts far more), and honour None."""
+def test_trainer_resolves_auto_sampling_dtype(tmp_path, cpu_machine, args, model_overrides, native, expected):
+    """`sampling_weights_dtype="auto"` must give bf16 decode GEMMs only when training in bf16, the kernel applies
+    (elsewhere a bf16 copy of the whole model would change the rollouts far more) and the CPU computes bf16
+    natively (elsewhere bf16 GEMMs are many times slower), and honour None."""
+    cpu_machine(native)
     trainer = trainer_for(tmp_path, model_overrides, **args)
     assert trainer._sampler is not None
     assert trainer._sampler.weights_dtype is expected
