@@ -6,9 +6,10 @@
     call per completion, AdamW + clip + cosine).
 (b) `ours`: `MiniMindGRPOTrainer` with its defaults, which include the two CPU levers: the fused log-prob head
     of `minimind_trl.trainer.fast_logprobs` (completion positions only) and rollouts through
-    `minimind_trl.trainer.fast_sampling.FastSampler` (`fast_sampling=True`). Same rewards as (a) (`format_reward`,
-    `tag_count_reward`, `RewardModelReward` over a batched `InternLM2Scorer`); config levers below
-    (`--precision`, `--sampler-dtype` = `sampling_weights_dtype`, ...).
+    `minimind_trl.trainer.fast_sampling.FastSampler` (`fast_sampling=True`), and the precision chosen for this
+    CPU (`bf16` unset: bf16 only where the CPU computes it natively, `minimind_trl.trainer.cpu_precision`). Same
+    rewards as (a) (`format_reward`, `tag_count_reward`, `RewardModelReward` over a batched `InternLM2Scorer`);
+    config levers below (`--precision`, `--sampler-dtype` = `sampling_weights_dtype`, ...).
 (c) `stock`: the same trainer with both CPU levers switched off, i.e. TRL's own paths: `fast_sampling=False`
     (stock `generate`) and TRL's `trl.trainer.utils.add_fused_lm_head`, swapped in by a subclass defined here
     while the trainer builds its heads. (b) against (c) is what the levers gain. `--no-stock` skips it.
@@ -27,11 +28,14 @@ trainer callbacks:
     other          the rest of the step (tokenizing, decoding, advantages, logging)
 
 Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
-time (steadier on a shared machine). The last line printed is one JSON object (`seed_s_per_step`,
-`ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`, `stock_speedup`,
-`roofline_s_per_step`, `ours_efficiency`, ...). Before the sides run, the parent measures the roofline
-(`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's GEMM peak at the phase's
-shapes and dtype; the report prints each side's efficiency (time at peak / measured time) per phase and step.
+time (steadier on a shared machine). The first lines name the CPU (vendor and model, torch's capability, AVX512-BF16
+and AMX yes/no) and the precision the automatic choice makes on it; each side's line says the precision it ran in.
+The last line printed is one JSON object (`cpu`, `precision_choice`, `seed_precision`, `ours_precision`,
+`seed_s_per_step`, `ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`,
+`stock_speedup`, `roofline_s_per_step`, `ours_efficiency`, ...). Before the sides run, the parent measures the
+roofline (`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's best GEMM peak
+at the phase's shapes (the faster of fp32 and bf16, whichever precision a side picked, so a slow choice shows as
+low efficiency); the report prints each side's efficiency (time at peak / measured time) per phase and step.
 
     python benchmarks/grpo_step.py --threads 1                    # hidden 256, 4 layers, 128 new tokens
     python benchmarks/grpo_step.py --threads 1 --new-tokens 512 --steps 3
@@ -51,8 +55,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PHASES = ("generation", "logprobs", "reward", "backward_step", "other")
-# --sampler-dtype -> sampling_weights_dtype ("auto", the trainer's default: bf16 decode GEMMs under bf16 training)
+# --sampler-dtype -> sampling_weights_dtype ("auto", the trainer's default: bf16 decode GEMMs under bf16 training
+# where the CPU computes bf16 natively)
 SAMPLER_DTYPES = {"auto": "auto", "fp32": None, "bf16": "bfloat16", "fp16": "float16"}
+# --precision -> the config's bf16 (None: the trainer's default, chosen for this CPU)
+PRECISIONS = {"auto": None, "bf16": True, "fp32": False}
 QUESTIONS = (
     "What is the capital of France? Please think step by step, then answer.",
     "为什么天空是蓝色的？请先思考，再回答。",
@@ -81,9 +88,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ours = parser.add_argument_group("levers of (b) and (c)")
     ours.add_argument(
         "--precision",
-        choices=["bf16", "fp32"],
-        default="bf16",
-        help="(b)/(c) mixed precision: bf16 autocast (MiniMindGRPOConfig's default) or fp32",
+        choices=sorted(PRECISIONS),
+        default="auto",
+        help="(b)/(c) mixed precision: auto (MiniMindGRPOConfig's default, bf16 unset: bf16 autocast where this CPU "
+        "computes bf16 natively, fp32 elsewhere), bf16 (insist) or fp32",
     )
     ours.add_argument(
         "--cache-implementation",
@@ -101,7 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=sorted(SAMPLER_DTYPES),
         default="auto",
         help="(b): `sampling_weights_dtype` of the lean sampler (auto, the default: the trainer's default, bf16 "
-        "decode GEMMs with --precision bf16; fp32: the policy's own weights; bf16/fp16: always that dtype)",
+        "decode GEMMs when training in bf16 on a CPU with native bf16; fp32: the policy's own weights; bf16/fp16: "
+        "always that dtype)",
     )
     ours.add_argument(
         "--activation-checkpointing",
@@ -230,9 +239,10 @@ def run_seed(args, workdir: Path) -> dict:
             f"step; expected {expected_tokens}"
         )
     timed = records[args.warmup :]
-    return summarize(
+    summary = summarize(
         [r["times"] for r in timed], [r["stats"]["completion_tokens"] for r in timed], threads, rss_before_training
     )
+    return {**summary, "precision": "fp32"}  # upstream's autocast is a no-op on CPU
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -387,7 +397,7 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
     config = MiniMindGRPOConfig(
         output_dir=str(workdir / "ours"),
         use_cpu=True,
-        bf16=args.precision == "bf16",
+        bf16=PRECISIONS[args.precision],
         per_device_train_batch_size=micro_batch,
         gradient_accumulation_steps=accumulation,
         generation_batch_size=args.prompts * args.generations,
@@ -422,6 +432,7 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
         callbacks=[recorder.callback()],
     )
     levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)), "lean_samples": 0}
+    precision = "bf16" if trainer.args.bf16 else "fp32"  # after the config's automatic choice
     if trainer._sampler is not None:  # count the generations the lean loop itself ran (not its `generate` fallback)
         policy = trainer.accelerator.unwrap_model(trainer.model)
         levers["decode_kernel"] = trainer._sampler.kernel_applies(policy)
@@ -443,7 +454,8 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
     if len(lengths) != total_steps or any(length != (args.new_tokens, args.new_tokens) for length in lengths):
         raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens} everywhere")
     tokens = [args.prompts * args.generations * args.new_tokens] * args.steps
-    return {**summarize(step_times[args.warmup :], tokens, threads, rss_before_training), "levers": levers}
+    summary = summarize(step_times[args.warmup :], tokens, threads, rss_before_training)
+    return {**summary, "levers": levers, "precision": precision}
 
 
 def summarize(step_times: list[dict], completion_tokens: list[int], threads: int, rss_before: float) -> dict:
@@ -485,6 +497,16 @@ def child(role: str, args, workdir: Path, argv: list[str]) -> dict:
 SIDES = (("seed", "seed (a)"), ("ours", "ours (b)"), ("stock", "stock (c)"))
 
 
+def cpu_report() -> dict:
+    """Print this CPU and the precision the automatic choice makes on it; the JSON keys it adds."""
+    from minimind_trl.trainer.cpu_precision import machine_choice
+
+    choice = machine_choice()
+    print(f"CPU: {choice.cpu.describe()}")
+    print(f"automatic precision (bf16 unset): {'bf16' if choice.bf16 else 'fp32'}: {choice.reason}")
+    return {"cpu": choice.cpu.as_dict(), "precision_choice": choice.as_dict()}
+
+
 def report(args, results: dict) -> dict:
     seed = results.get("seed")
     print(
@@ -494,16 +516,19 @@ def report(args, results: dict) -> dict:
         f"{next(iter(results.values()))['threads']} threads"
     )
     print(
-        f"(b)/(c) MiniMindGRPOTrainer: precision={args.precision}, cache_implementation={args.cache_implementation}, "
+        f"(b)/(c) MiniMindGRPOTrainer: --precision {args.precision}, cache_implementation={args.cache_implementation}, "
         f"reward-model batch={args.rm_batch_size}, continuous_batching={args.continuous_batching}, "
         f"activation_checkpointing={args.activation_checkpointing}, micro_batch={args.micro_batch or 'all'}, "
         f"attention={args.attn_implementation or 'sdpa (default)'}"
     )
+    if "seed" in results:
+        print(f"seed (a): precision {results['seed']['precision']} (upstream's bf16 autocast is a no-op on CPU)")
     for key, label in SIDES[1:]:
         if key in results:
             levers = results[key]["levers"]
             print(
-                f"{label}: log-prob head {levers['log_prob_head']}, lean-sampler generations {levers['lean_samples']}"
+                f"{label}: precision {results[key]['precision']}, log-prob head {levers['log_prob_head']}, "
+                f"lean-sampler generations {levers['lean_samples']}"
                 + (
                     f" (decode kernel {levers.get('decode_kernel')}, GEMM weights {levers.get('decode_weights')})"
                     if key == "ours"
@@ -552,6 +577,7 @@ def report(args, results: dict) -> dict:
         summary[f"{key}_peak_rss_mb"] = r["peak_rss_mb"]
         summary[f"{key}_phases"] = r["phases"]
         summary[f"{key}_gen_tokens_per_s"] = r["gen_tokens_per_s"]
+        summary[f"{key}_precision"] = r["precision"]
         if key != "seed":
             summary[f"{key}_levers"] = r["levers"]
         if seed and key != "seed":
@@ -580,9 +606,8 @@ def report(args, results: dict) -> dict:
 
 
 def step_roofline(args, workdir: Path) -> dict:
-    """FLOPs per phase and the measured GEMM peak in (b)'s dtypes: decoding in the sampler's weights dtype,
-    training in `--precision`."""
-    import torch
+    """FLOPs per phase and this machine's best measured GEMM peak at each phase's shapes (fp32 or bf16, whichever
+    is faster here: the best the machine can do, not the precision a side chose)."""
     from transformers import AutoConfig, AutoTokenizer
 
     import minimind_trl  # noqa: F401  (registers MiniMind's config)
@@ -605,14 +630,7 @@ def step_roofline(args, workdir: Path) -> dict:
         rm_hidden=args.rm_hidden_size,
         rm_layers=args.rm_layers,
     )
-    sampler_dtype = SAMPLER_DTYPES[args.sampler_dtype]
-    if sampler_dtype == "auto":
-        sampler_dtype = "bfloat16" if args.precision == "bf16" else None
-    decode_dtype = getattr(torch, sampler_dtype or "float32")
-    train_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    roof = roofline(shapes, decode_dtype, train_dtype)
-    roof["dtypes"] = {"decode": str(decode_dtype).removeprefix("torch."), "train": str(train_dtype).removeprefix("torch.")}
-    return roof
+    return roofline(shapes)
 
 
 def report_roofline(args, roof: dict, results: dict) -> dict:
@@ -622,22 +640,30 @@ def report_roofline(args, roof: dict, results: dict) -> dict:
 
     phases = [name for name in PHASES if name in roof["phases"]]
     print(
-        f"roofline (decode {roof['dtypes']['decode']}, training {roof['dtypes']['train']} GEMM peaks measured here): "
+        f"roofline (each phase at the faster of fp32 and bf16 GEMMs measured here): "
         f"{roof['roofline_s_per_step']:.3f} s/step at peak"
     )
-    print(f"{'':<16}{'GFLOP':>10}{'peak GF/s':>11}{'at peak s':>11}" + "".join(f"{k + ' eff':>13}" for k in results))
+    print(
+        f"{'':<16}{'GFLOP':>10}{'peak GF/s':>11}{'best':>6}{'fp32':>8}{'bf16':>8}{'at peak s':>11}"
+        + "".join(f"{k + ' eff':>13}" for k in results)
+    )
     efficiencies = {key: efficiency(roof, r["phases"], r["s_per_step"]) for key, r in results.items()}
     for name in phases:
         p = roof["phases"][name]
-        line = f"{name:<16}{p['gflop']:>10.2f}{p['peak_gflops']:>11.1f}{p['roofline_s']:>11.3f}"
+        by_dtype = p["peak_gflops_by_dtype"]
+        line = (
+            f"{name:<16}{p['gflop']:>10.2f}{p['peak_gflops']:>11.1f}{p['peak_dtype']:>6}{by_dtype['fp32']:>8.1f}"
+            f"{by_dtype['bf16']:>8.1f}{p['roofline_s']:>11.3f}"
+        )
         for key in results:
             value = efficiencies[key]["phases"][name]
             line += f"{value:>13.1%}" if value is not None else f"{'-':>13}"
         print(line)
-    print(f"{'step':<16}{'':>32}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
+    print(f"{'step':<16}{'':>54}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
     generation = roof["phases"]["generation"]
     print(
-        f"decode peak at its working set ({generation['weight_mb']:.1f} MB of weights per step, cycled): "
+        f"decode peak ({generation['peak_dtype']}) at its working set ({generation['weight_mb']:.1f} MB of weights per "
+        "step, cycled): "
         f"{generation['peak_gflops']:.1f} GF/s; one warm matrix: {generation['peak_gflops_warm']:.1f} GF/s"
     )
     summary = {"roofline_s_per_step": roof["roofline_s_per_step"], "roofline": roof}
@@ -659,13 +685,14 @@ def main(argv=None) -> int:
         print(json.dumps(result))
         return 0
     print(f"load average before: {tuple(round(x, 2) for x in os.getloadavg())}", flush=True)
+    cpu = cpu_report()
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         workdir = Path(tmp)
         prepare(args, workdir)
         roof = step_roofline(args, workdir)  # measured before the sides run, on the same idle threads
         roles = [args.only] if args.only else ["seed", "ours"] + ([] if args.no_stock else ["stock"])
         results = {role: child(role, args, workdir, argv) for role in roles}
-    summary = report(args, results)
+    summary = {**cpu, **report(args, results)}
     summary.update(report_roofline(args, roof, results))
     print(json.dumps(summary))
     return 0

@@ -11,11 +11,13 @@ Counted (multiply-adds x 2), per phase of `benchmarks/grpo_step.py`:
     backward_step  the policy's backward: twice its forward (input and weight gradients)
     reward         the reward model's forward over its conversations (full completion + `<answer>` text)
 
-The peak is the best of several timings at the phase's representative shape, through `torch.mm` and through the
-pre-packed GEMM of `minimind_trl.trainer.decode_kernel.PackedGemm` (oneDNN bf16 / MKL fp32), whichever is
-faster: decoding multiplies [completions, hidden] by [hidden, intermediate] (thin, bound by reading the
-weights), training [completions x tokens, hidden] by [hidden, intermediate]. It is what this CPU does at those shapes, not a
-datasheet figure, so an efficiency near 100 % means the phase runs at the speed of its GEMMs.
+The peak is the best of several timings at the phase's representative shape, in fp32 and in bf16, each through
+`torch.mm` and through the pre-packed GEMM of `minimind_trl.trainer.decode_kernel.PackedGemm` (oneDNN bf16 / MKL
+fp32), whichever is fastest: decoding multiplies [completions, hidden] by [hidden, intermediate] (thin, bound by
+reading the weights), training [completions x tokens, hidden] by [hidden, intermediate]. It is the best this CPU
+does at those shapes, whatever precision the measured step picked (on a CPU without native bf16 that is fp32,
+with AMX it is bf16), not a datasheet figure, so an efficiency near 100 % means the phase runs at the speed of the
+machine's fastest GEMMs, and a step in a slow precision cannot look efficient.
 
 Decoding reads every weight of the model once per step, more bytes than the core's L2 cache holds, so its GEMMs
 stream their weights from L3 or memory. Its peak is therefore timed over as many distinct weight matrices as the
@@ -28,6 +30,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -112,12 +116,19 @@ def decode_weight_bytes(s: StepShapes, dtype: torch.dtype) -> int:
 
 
 def gemm_gflops(
-    m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20, min_seconds: float = 0.05, working_set: int = 0
+    m: int,
+    k: int,
+    n: int,
+    dtype: torch.dtype,
+    repeats: int = 20,
+    min_seconds: float = 0.05,
+    working_set: int = 0,
+    max_seconds: float = 2.0,
 ) -> float:
     """The best GFLOP/s of `[m, k] @ [k, n]` in `dtype` over `repeats` timed batches of calls, through `torch.mm`
     and through the pre-packed GEMM the decode kernel uses (oneDNN bf16 / MKL fp32), whichever is faster; with
     `working_set` (bytes), cycling through enough distinct `[k, n]` matrices to fill it, so they do not stay in
-    cache."""
+    cache. Timing stops after `max_seconds` per route (at least 3 batches), which only a slow dtype reaches."""
     from minimind_trl.trainer.decode_kernel import PackedGemm
 
     generator = torch.Generator().manual_seed(0)
@@ -127,10 +138,11 @@ def gemm_gflops(
     matrices = [b] + [b.clone() for _ in range(copies - 1)]
     plain = [functools.partial(torch.mm, a, matrix) for matrix in matrices]
     packed = [functools.partial(PackedGemm(matrix.t().contiguous(), m), a) for matrix in matrices]
-    return 2 * m * k * n / min(_best_seconds(plain, repeats, min_seconds), _best_seconds(packed, repeats, min_seconds)) / 1e9
+    seconds = min(_best_seconds(route, repeats, min_seconds, max_seconds) for route in (plain, packed))
+    return 2 * m * k * n / seconds / 1e9
 
 
-def _best_seconds(calls: list, repeats: int, min_seconds: float) -> float:
+def _best_seconds(calls: list, repeats: int, min_seconds: float, max_seconds: float = float("inf")) -> float:
     """The best mean seconds per call of `calls` (cycled) over `repeats` timed batches."""
     for call in calls:
         call()  # warm-up: allocation, kernel choice
@@ -142,35 +154,48 @@ def _best_seconds(calls: list, repeats: int, min_seconds: float) -> float:
         if time.perf_counter() - start >= min_seconds / 4 or count >= 1 << 16:
             break
         count *= 2
-    best = float("inf")
-    for _ in range(repeats):
+    best, spent = float("inf"), 0.0
+    for repeat in range(repeats):
         start = time.perf_counter()
         for index in range(count):
             calls[index % len(calls)]()
-        best = min(best, (time.perf_counter() - start) / count)
+        elapsed = time.perf_counter() - start
+        best, spent = min(best, elapsed / count), spent + elapsed
+        if repeat >= 2 and spent >= max_seconds:
+            break
     return best
 
 
-def phase_peaks(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype) -> dict[str, float]:
-    """GFLOP/s this machine reaches at each phase's representative GEMM, in the phase's dtype."""
+def phase_peaks(s: StepShapes, dtype: torch.dtype) -> dict[str, float]:
+    """GFLOP/s this machine reaches at each phase's representative GEMM in `dtype`."""
     tokens = s.completions * (s.prompt_tokens + s.new_tokens)
-    decode = gemm_gflops(
-        s.completions, s.hidden, s.intermediate, decode_dtype, working_set=decode_weight_bytes(s, decode_dtype)
-    )
-    train = gemm_gflops(tokens, s.hidden, s.intermediate, train_dtype)
-    reward = gemm_gflops(tokens, s.rm_hidden, s.rm_intermediate, torch.float32)
+    decode = gemm_gflops(s.completions, s.hidden, s.intermediate, dtype, working_set=decode_weight_bytes(s, dtype))
+    train = gemm_gflops(tokens, s.hidden, s.intermediate, dtype)
+    reward = gemm_gflops(tokens, s.rm_hidden, s.rm_intermediate, dtype)
     return {"generation": decode, "logprobs": train, "backward_step": train, "reward": reward}
 
 
-def roofline(s: StepShapes, decode_dtype: torch.dtype, train_dtype: torch.dtype) -> dict:
-    """Per phase: FLOPs, measured peak, and the seconds the phase would take at that peak."""
-    flops, peaks = phase_flops(s), phase_peaks(s, decode_dtype, train_dtype)
-    phases = {
-        name: {"gflop": flops[name] / 1e9, "peak_gflops": peaks[name], "roofline_s": flops[name] / 1e9 / peaks[name]}
-        for name in flops
-    }
-    phases["generation"]["peak_gflops_warm"] = gemm_gflops(s.completions, s.hidden, s.intermediate, decode_dtype)
-    phases["generation"]["weight_mb"] = decode_weight_bytes(s, decode_dtype) / 2**20
+def roofline(s: StepShapes) -> dict:
+    """Per phase: FLOPs, the measured peak in fp32 and in bf16, the faster of the two (`peak_gflops`,
+    `peak_dtype`) and the seconds the phase would take at it."""
+    flops = phase_flops(s)
+    peaks = {name: phase_peaks(s, dtype) for name, dtype in DTYPES.items()}
+    phases = {}
+    for name in flops:
+        by_dtype = {dtype: peaks[dtype][name] for dtype in DTYPES}
+        best = max(by_dtype, key=by_dtype.get)
+        phases[name] = {
+            "gflop": flops[name] / 1e9,
+            "peak_gflops": by_dtype[best],
+            "peak_dtype": best,
+            "peak_gflops_by_dtype": by_dtype,
+            "roofline_s": flops[name] / 1e9 / by_dtype[best],
+        }
+    generation = phases["generation"]
+    generation["peak_gflops_warm"] = max(
+        gemm_gflops(s.completions, s.hidden, s.intermediate, dtype) for dtype in DTYPES.values()
+    )
+    generation["weight_mb"] = decode_weight_bytes(s, DTYPES[generation["peak_dtype"]]) / 2**20
     return {"phases": phases, "roofline_s_per_step": sum(p["roofline_s"] for p in phases.values())}
 
 

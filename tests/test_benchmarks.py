@@ -16,8 +16,10 @@ def _last_json_line(output: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
-def test_grpo_step_sides_run_and_report(tmp_path, capsys):
+def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
     import grpo_step
+
+    cpu_machine(True)  # a CPU with native bf16: the automatic choice is bf16 training and decoding
 
     args = grpo_step.parse_args(
         [*TOY, "--new-tokens", "4", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]
@@ -37,10 +39,16 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
         "log_prob_head": "minimind_trl.trainer.fast_logprobs",
         "lean_samples": 1,
         "decode_kernel": True,
-        "decode_weights": "bfloat16",  # sampling_weights_dtype 'auto' under the default bf16 precision
+        "decode_weights": "bfloat16",  # sampling_weights_dtype 'auto' under the automatic bf16 precision
     }
     assert results["stock"]["levers"] == {"log_prob_head": "trl.trainer.utils", "lean_samples": 0}
-    summary = grpo_step.report(args, results)
+    assert [results[side]["precision"] for side in ("seed", "ours", "stock")] == ["fp32", "bf16", "bf16"]
+    summary = {**grpo_step.cpu_report(), **grpo_step.report(args, results)}
+    # the JSON names the CPU's capability and the precision each side ran in
+    assert summary["cpu"]["capability"] == "AVX512" and summary["cpu"]["avx512_bf16"] is True
+    assert summary["precision_choice"]["precision"] == "bf16"
+    assert (summary["seed_precision"], summary["ours_precision"], summary["stock_precision"]) == ("fp32", "bf16", "bf16")
+    json.dumps(summary)
     for key in (
         "seed_s_per_step",
         "ours_s_per_step",
@@ -53,7 +61,9 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
         "lever_speedup",
     ):
         assert summary[key] > 0, key
-    assert "(b)/(a)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(b)/(a)" in out and "CPU: AuthenticAMD AMD EPYC; torch capability AVX512; AVX512-BF16 yes, AMX no" in out
+    assert "ours (b): precision bf16" in out
     roof = grpo_step.step_roofline(args, tmp_path)
     assert roof["roofline_s_per_step"] > 0 and set(roof["phases"]) == {"generation", "logprobs", "backward_step", "reward"}
     extra = grpo_step.report_roofline(args, roof, results)
@@ -70,12 +80,22 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "sampler_dtype, precision, expected",
-    [("bf16", "fp32", "bfloat16"), ("fp32", "bf16", "float32"), ("auto", "fp32", "float32")],
+    "sampler_dtype, precision, native, expected, trained_in",
+    [
+        ("bf16", "fp32", True, "bfloat16", "fp32"),
+        ("fp32", "bf16", True, "float32", "bf16"),
+        ("auto", "fp32", True, "float32", "fp32"),
+        ("auto", "auto", True, "bfloat16", "bf16"),
+        ("auto", "auto", False, "float32", "fp32"),  # an AVX2 CPU: the automatic choice is fp32 throughout
+        ("auto", "bf16", False, "float32", "bf16"),  # insisting on bf16 there: decoding still fp32
+    ],
 )
-def test_grpo_step_sampler_dtype_reaches_the_trainer(tmp_path, sampler_dtype, precision, expected):
+def test_grpo_step_precision_reaches_the_trainer(
+    tmp_path, cpu_machine, sampler_dtype, precision, native, expected, trained_in
+):
     import grpo_step
 
+    cpu_machine(native)
     args = grpo_step.parse_args(
         [*TOY, "--new-tokens", "2", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]
         + ["--prompts", "1", "--generations", "2", "--sampler-dtype", sampler_dtype, "--precision", precision]
@@ -83,6 +103,27 @@ def test_grpo_step_sampler_dtype_reaches_the_trainer(tmp_path, sampler_dtype, pr
     grpo_step.prepare(args, tmp_path)
     result = grpo_step.run_ours(args, tmp_path)
     assert result["levers"]["decode_weights"] == expected and result["levers"]["lean_samples"] == 1
+    assert result["precision"] == trained_in
+
+
+@pytest.mark.parametrize("fast", ["fp32", "bf16"])
+def test_roofline_peak_is_the_faster_of_fp32_and_bf16(monkeypatch, fast):
+    """The efficiency is computed against the best GEMM the machine has, whatever precision a side picked: an
+    AVX2 CPU's slow bf16 must not become the peak (it made a 10x-too-slow step read 46 %), nor fp32 on AMX."""
+    import roofline
+    import torch
+    from roofline import StepShapes
+
+    speeds = {"fp32": 86.0, "bf16": 1.4} if fast == "fp32" else {"fp32": 90.0, "bf16": 1500.0}
+    names = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+    monkeypatch.setattr(roofline, "gemm_gflops", lambda m, k, n, dtype, **kwargs: speeds[names[dtype]])
+    shapes = StepShapes(256, 4, 8, 2, 32, 768, 6400, 0, 0, 0, 16, 60, 128, 16, 1, 32)
+    roof = roofline.roofline(shapes)
+    for name, phase in roof["phases"].items():
+        assert phase["peak_dtype"] == fast and phase["peak_gflops"] == speeds[fast], name
+        assert phase["peak_gflops_by_dtype"] == speeds
+        assert phase["roofline_s"] == pytest.approx(phase["gflop"] / speeds[fast])
+    assert roof["phases"]["generation"]["peak_gflops_warm"] == speeds[fast]
 
 
 def test_grpo_step_refuses_continuous_batching_with_bf16():
