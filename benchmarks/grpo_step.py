@@ -28,7 +28,7 @@ trainer callbacks:
     other          the rest of the step (tokenizing, decoding, advantages, logging)
 
 Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
-time (steadier on a shared machine). The first lines name the CPU (vendor and model, torch's capability, AVX512-BF16
+time (the step and its generation, log-prob and backward phases; steadier on a shared machine). The first lines name the CPU (vendor and model, torch's capability, AVX512-BF16
 and AMX yes/no) and the precision the automatic choice makes on it; each side's line says the precision it ran in.
 The last line printed is one JSON object (`cpu`, `precision_choice`, `seed_precision`, `ours_precision`,
 `seed_s_per_step`, `ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`,
@@ -253,7 +253,7 @@ class _PhaseRecorder:
     """Collects TRL's profiling spans and the step boundaries of the trainer's loop."""
 
     def __init__(self):
-        self.spans: list[tuple[str, float, float, float]] = []  # name, wall start, wall end, CPU seconds
+        self.spans: list[tuple[str, float, float, float, float]] = []  # name, wall start, wall end, CPU start, CPU end
         self.steps: list[dict] = []
         self.logged_lengths: list[tuple[float, float]] = []  # (min, max) completion length per logged step
 
@@ -276,7 +276,7 @@ class _PhaseRecorder:
             if context._start_time is not None:
                 name = context.name.rsplit(".", 1)[-1]
                 now, cpu_now = time.perf_counter(), time.process_time()
-                recorder.spans.append((name, context._start_time, now, cpu_now - context._cpu_start))
+                recorder.spans.append((name, context._start_time, now, context._cpu_start, cpu_now))
             return original_exit(context, *exc)
 
         profiling.ProfilingContext.__enter__ = enter_and_record
@@ -313,24 +313,29 @@ class _PhaseRecorder:
             stop = self.steps[index + 1]["span_index"] if index + 1 < len(self.steps) else len(self.spans)
             spans = self.spans[step["span_index"] : stop]
 
-            def total(name, spans=spans):
-                return sum(end - start for span_name, start, end, _ in spans if span_name == name)
+            def total(names, spans=spans, cpu=False):
+                ends = [(s[3], s[4]) if cpu else (s[1], s[2]) for s in spans if s[0] in names]
+                return sum(end - start for start, end in ends)
 
             # backward + optimizer: from the end of each micro-batch's compute_loss to whatever starts next
             # (the next micro-batch's _prepare_inputs) or to the end of the step
-            backward = 0.0
-            for name, _, loss_end, _ in spans:
+            backward = cpu_backward = 0.0
+            for name, _, loss_end, _, cpu_loss_end in spans:
                 if name == "compute_loss":
-                    later = [start for _, start, _, _ in spans if start > loss_end]
-                    backward += min(later, default=step["end"]) - loss_end
+                    later = [(start, cpu_start) for _, start, _, cpu_start, _ in spans if start > loss_end]
+                    next_start, next_cpu_start = min(later, default=(step["end"], step["cpu_end"]))
+                    backward += next_start - loss_end
+                    cpu_backward += next_cpu_start - cpu_loss_end
             times = {
-                "generation": total("generate") + total("generate_batch"),
-                "logprobs": total("_get_per_token_logps_and_entropies"),
-                "reward": total("_calculate_rewards"),
+                "generation": total(("generate", "generate_batch")),
+                "logprobs": total(("_get_per_token_logps_and_entropies",)),
+                "reward": total(("_calculate_rewards",)),
                 "backward_step": backward,
                 "total": step["end"] - step["begin"],
                 "cpu_total": step["cpu_end"] - step["cpu_begin"],
-                "cpu_generation": sum(cpu for name, _, _, cpu in spans if name in ("generate", "generate_batch")),
+                "cpu_generation": total(("generate", "generate_batch"), cpu=True),
+                "cpu_logprobs": total(("_get_per_token_logps_and_entropies",), cpu=True),
+                "cpu_backward_step": cpu_backward,
             }
             times["other"] = times["total"] - sum(times[k] for k in PHASES[:-1])
             out.append(times)
@@ -460,13 +465,16 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
 
 def summarize(step_times: list[dict], completion_tokens: list[int], threads: int, rss_before: float) -> dict:
     median = {
-        key: statistics.median(t[key] for t in step_times) for key in (*PHASES, "total", "cpu_total", "cpu_generation")
+        key: statistics.median(t[key] for t in step_times)
+        for key in (*PHASES, "total", "cpu_total", "cpu_generation", "cpu_logprobs", "cpu_backward_step")
     }
     tokens = statistics.median(completion_tokens)
     return {
         "s_per_step": median["total"],
         "cpu_s_per_step": median["cpu_total"],
         "cpu_generation_s": median["cpu_generation"],
+        "cpu_logprobs_s": median["cpu_logprobs"],
+        "cpu_backward_step_s": median["cpu_backward_step"],
         "phases": {key: median[key] for key in PHASES},
         "steps_s": [t["total"] for t in step_times],
         "completion_tokens_per_step": tokens,
@@ -544,6 +552,8 @@ def report(args, results: dict) -> dict:
         ("s/step", lambda r: r["s_per_step"]),
         ("cpu s/step", lambda r: r["cpu_s_per_step"]),
         ("cpu gen s", lambda r: r["cpu_generation_s"]),
+        ("cpu logprobs s", lambda r: r["cpu_logprobs_s"]),
+        ("cpu bwd+step s", lambda r: r["cpu_backward_step_s"]),
         ("gen tok/s", lambda r: r["gen_tokens_per_s"]),
         ("step tok/s", lambda r: r["step_tokens_per_s"]),
         ("peak RSS MB", lambda r: r["peak_rss_mb"]),
@@ -574,6 +584,9 @@ def report(args, results: dict) -> dict:
     for key, _, r in sides:
         summary[f"{key}_s_per_step"] = r["s_per_step"]
         summary[f"{key}_cpu_s_per_step"] = r["cpu_s_per_step"]
+        summary[f"{key}_cpu_phases"] = {
+            name: r[f"cpu_{name}_s"] for name in ("generation", "logprobs", "backward_step")
+        }
         summary[f"{key}_peak_rss_mb"] = r["peak_rss_mb"]
         summary[f"{key}_phases"] = r["phases"]
         summary[f"{key}_gen_tokens_per_s"] = r["gen_tokens_per_s"]

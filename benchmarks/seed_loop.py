@@ -144,12 +144,13 @@ class SeedGRPOLoop:
         times["cpu_generation"] = time.process_time() - cpu_tick
         completion_ids = outputs[:, prompt_inputs["input_ids"].size(1) :]
 
-        tick = time.perf_counter()
+        tick, cpu_tick = time.perf_counter(), time.process_time()
         per_token_logps = seed_per_token_logps(model, outputs, completion_ids.size(1))
         aux_loss = model(outputs).aux_loss if model.config.use_moe else torch.tensor(0.0)
         with torch.no_grad():
             ref_per_token_logps = seed_per_token_logps(self.ref_model, outputs, completion_ids.size(1))
         times["logprobs"] = time.perf_counter() - tick
+        times["cpu_logprobs"] = time.process_time() - cpu_tick
 
         tick = time.perf_counter()
         completions = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
@@ -175,7 +176,7 @@ class SeedGRPOLoop:
         policy_loss = ((per_token_loss * completion_mask).sum(dim=1) / completion_mask.sum(dim=1)).mean()
         loss = (policy_loss + aux_loss) / args.accumulation_steps
 
-        tick = time.perf_counter()
+        tick, cpu_tick = time.perf_counter(), time.process_time()
         loss.backward()
         if self.step_count % args.accumulation_steps == 0:
             if args.grad_clip > 0:
@@ -184,6 +185,7 @@ class SeedGRPOLoop:
             self.scheduler.step()
             self.optimizer.zero_grad()
         times["backward_step"] = time.perf_counter() - tick
+        times["cpu_backward_step"] = time.process_time() - cpu_tick
 
         stats = {
             "loss": loss.item() * args.accumulation_steps,
