@@ -28,8 +28,9 @@ trainer callbacks:
     other          the rest of the step (tokenizing, decoding, advantages, logging)
 
 Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
-time (the step and its generation, log-prob and backward phases; steadier on a shared machine). The first lines name the CPU (vendor and model, torch's capability, AVX512-BF16
-and AMX yes/no) and the precision the automatic choice makes on it; each side's line says the precision it ran in.
+time (the step and its generation, log-prob and backward phases; steadier on a shared machine). The first lines
+name the CPU (vendor and model, torch's capability, AVX512-BF16 and AMX yes/no) and the precision the automatic
+choice makes on it; each side's line says the precision it ran in.
 The last line printed is one JSON object (`cpu`, `precision_choice`, `seed_precision`, `ours_precision`,
 `seed_s_per_step`, `ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`,
 `stock_speedup`, `roofline_s_per_step`, `ours_efficiency`, ...). Before the sides run, the parent measures the

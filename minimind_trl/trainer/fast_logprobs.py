@@ -11,8 +11,10 @@ the backward. On CPU that is slower and heavier than even a plain full-vocabular
 `add_fused_lm_head` here installs TRL's head and wraps it: on CPU, a call with `fused_lm_head=True` scores only
 the positions whose label is not `-100` (the completion), in chunks of tokens that keep each `[chunk, V]`
 tile small, with an exact log-sum-exp (`SelectedTokenLogProbs`); the backward recomputes each tile instead of
-storing it. On devices where TRL's kernel runs, and for features this path does not implement (bias, logit
-soft-capping, router logits, DTensor weights, extra outputs), TRL's own head runs unchanged.
+storing it, except in fp32, where the first `KEEP_FP32_LOGITS_BYTES` of logits are kept from the forward (an
+fp32 GEMM costs more than writing and reading its output back). On devices where TRL's kernel runs, and for
+features this path does not implement (bias, logit soft-capping, router logits, DTensor weights, extra
+outputs), TRL's own head runs unchanged.
 
 The returned `FusedCausalLMOutput` has TRL's fields and semantics (zeros where the label is `-100`).
 """
@@ -28,6 +30,11 @@ from trl.trainer import utils as trl_utils
 # derived from the vocabulary size. 16 MiB tiles were 25 % slower forward + backward on CPU (their elementwise
 # passes stream from L3 and each tile allocates fresh memory); 1 MiB tiles make the GEMMs too thin.
 TILE_ELEMENTS = 1 << 20
+# fp32 logits kept from the forward for the backward, instead of recomputed (64 MiB: the whole head of 16 completions
+# x 128 tokens at 6400 words; longer batches keep their first chunks). The recompute GEMM is ~17 % of the head's
+# forward + backward in fp32 (AVX2 and AVX-512 measured, benchmarks/README.md, issue 27); with bf16 GEMMs it is
+# cheap, so bf16 tiles are always recomputed. Results are identical either way (the same GEMM call).
+KEEP_FP32_LOGITS_BYTES = 64 << 20
 SUPPORTED_OUTPUTS = frozenset({"log_probs", "entropy"})
 
 
@@ -36,11 +43,12 @@ class SelectedTokenLogProbs(torch.autograd.Function):
     chunks, without keeping the `[N, V]` logits (the backward recomputes them chunk by chunk).
 
     Under CPU autocast the projections run in the autocast dtype; the softmax arithmetic is always fp32 and
-    the weight gradient is accumulated in fp32.
+    the weight gradient is accumulated in fp32. In fp32 the forward keeps the logits of its first chunks (up to
+    `KEEP_FP32_LOGITS_BYTES`) for the backward.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, scale: float, chunk_size: int, with_entropy: bool):
+    def forward(ctx, hidden, weight, targets, scale: float, chunk_size: int, with_entropy: bool, keep_bytes: int = 0):
         ctx.set_materialize_grads(False)
         compute_dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
         weight_c = weight.to(compute_dtype)
@@ -48,9 +56,16 @@ class SelectedTokenLogProbs(torch.autograd.Function):
         log_probs = torch.empty(count, dtype=torch.float32, device=hidden.device)
         log_z = torch.empty_like(log_probs)
         entropy = torch.empty_like(log_probs) if with_entropy else None
+        kept_rows = 0
+        if compute_dtype == torch.float32:  # whole chunks, up to `keep_bytes` (0 when no backward will run)
+            kept_rows = min(count, keep_bytes // (4 * weight.shape[0] * chunk_size) * chunk_size)
+        kept = torch.empty(kept_rows, weight.shape[0], dtype=torch.float32, device=hidden.device)
         for start in range(0, count, chunk_size):
             stop = min(start + chunk_size, count)
-            logits = (hidden[start:stop].to(compute_dtype) @ weight_c.t()).float()
+            if stop <= kept_rows:
+                logits = torch.mm(hidden[start:stop], weight_c.t(), out=kept[start:stop])
+            else:
+                logits = (hidden[start:stop].to(compute_dtype) @ weight_c.t()).float()
             if scale != 1.0:
                 logits.mul_(scale)
             chunk_log_z = torch.logsumexp(logits, dim=-1)
@@ -59,7 +74,7 @@ class SelectedTokenLogProbs(torch.autograd.Function):
             if with_entropy:  # H = log Z - sum_v p_v z_v
                 probs = torch.exp(logits - chunk_log_z[:, None])
                 entropy[start:stop] = chunk_log_z - (probs * logits).sum(dim=-1)
-        ctx.save_for_backward(hidden, weight, targets, log_z, entropy if with_entropy else log_z)
+        ctx.save_for_backward(hidden, weight, targets, log_z, entropy if with_entropy else log_z, kept)
         ctx.scale, ctx.chunk_size, ctx.compute_dtype = scale, chunk_size, compute_dtype
         if not with_entropy:
             return log_probs, None
@@ -67,7 +82,7 @@ class SelectedTokenLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        hidden, weight, targets, log_z, entropy = ctx.saved_tensors
+        hidden, weight, targets, log_z, entropy, kept = ctx.saved_tensors
         scale, chunk_size, compute_dtype = ctx.scale, ctx.chunk_size, ctx.compute_dtype
         needs_hidden, needs_weight = ctx.needs_input_grad[:2]
         weight_c = weight.to(compute_dtype)
@@ -76,10 +91,13 @@ class SelectedTokenLogProbs(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_size):
             stop = min(start + chunk_size, hidden.shape[0])
             hidden_c = hidden[start:stop].to(compute_dtype)
-            logits = (hidden_c @ weight_c.t()).float()
-            if scale != 1.0:
-                logits.mul_(scale)
-            log_p = logits.sub_(log_z[start:stop, None])  # in place: the logits are not needed any more
+            if stop <= kept.shape[0]:  # kept by the forward, already scaled (not changed: a second backward works)
+                log_p = kept[start:stop] - log_z[start:stop, None]
+            else:
+                logits = (hidden_c @ weight_c.t()).float()
+                if scale != 1.0:
+                    logits.mul_(scale)
+                log_p = logits.sub_(log_z[start:stop, None])  # in place: the logits are not needed any more
             probs = torch.exp(log_p)
             # d log p_t / dz_j = 1[j = t] - p_j ;  d H / dz_j = -p_j (log p_j + H)
             if grad_entropy is not None:
@@ -104,6 +122,7 @@ class SelectedTokenLogProbs(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -118,7 +137,9 @@ def selected_token_log_probs(
     """Log-probabilities of `targets` under `softmax(hidden @ weight.T / temperature)` (and the entropies)."""
     if chunk_size is None:
         chunk_size = max(1, TILE_ELEMENTS // weight.shape[0])
-    return SelectedTokenLogProbs.apply(hidden, weight, targets, 1.0 / temperature, chunk_size, with_entropy)
+    backward = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    keep_bytes = KEEP_FP32_LOGITS_BYTES if backward else 0
+    return SelectedTokenLogProbs.apply(hidden, weight, targets, 1.0 / temperature, chunk_size, with_entropy, keep_bytes)
 
 
 def _cpu_path_applies(model, text_config, outputs) -> bool:

@@ -56,6 +56,49 @@ def test_selected_token_log_probs_equal_log_softmax_and_its_gradients():
     torch.testing.assert_close(grads[1], weight.grad, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kept_chunks", [0, 2, 5], ids=["recomputed", "partly-kept", "all-kept"])
+def test_fp32_logits_kept_for_the_backward_give_identical_results(monkeypatch, kept_chunks):
+    """In fp32 the forward keeps the logits of its first chunks (up to the budget) instead of the backward
+    recomputing them: the same GEMM, so log-probs, entropies and gradients must be bit-identical."""
+    torch.manual_seed(0)
+    hidden0, weight0 = torch.randn(37, 16) * 0.5, torch.randn(50, 16) * 0.5
+    targets = torch.randint(0, 50, (37,))
+
+    def run(keep_bytes):
+        monkeypatch.setattr(fast_logprobs, "KEEP_FP32_LOGITS_BYTES", keep_bytes)
+        hidden, weight = hidden0.clone().requires_grad_(), weight0.clone().requires_grad_()
+        log_probs, entropy = selected_token_log_probs(
+            hidden, weight, targets, temperature=0.7, with_entropy=True, chunk_size=8
+        )
+        kept = log_probs.grad_fn.saved_tensors[-1]
+        (log_probs * torch.linspace(-1, 1, 37)).sum().add((entropy * 0.3).sum()).backward()
+        return kept.shape[0], log_probs.detach(), entropy.detach(), hidden.grad, weight.grad
+
+    recomputed = run(0)
+    kept = run(kept_chunks * 8 * 50 * 4)
+    assert recomputed[0] == 0 and kept[0] == min(37, kept_chunks * 8)
+    for ours, reference in zip(kept[1:], recomputed[1:], strict=True):
+        assert torch.equal(ours, reference)
+
+
+def test_logits_are_kept_only_in_fp32_and_only_for_a_backward(monkeypatch):
+    torch.manual_seed(0)
+    hidden, weight = (torch.randn(20, 16) * 0.5).requires_grad_(), (torch.randn(50, 16) * 0.5).requires_grad_()
+    targets = torch.randint(0, 50, (20,))
+    log_probs, _ = selected_token_log_probs(hidden, weight, targets, chunk_size=8)
+    assert log_probs.grad_fn.saved_tensors[-1].shape == (20, 50)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 GEMMs are cheap to recompute
+        log_probs, _ = selected_token_log_probs(hidden, weight, targets, chunk_size=8)
+    assert log_probs.grad_fn.saved_tensors[-1].shape[0] == 0
+    budgets = []
+    apply = SelectedTokenLogProbs.apply
+    monkeypatch.setattr(SelectedTokenLogProbs, "apply", lambda *args: budgets.append(args[-1]) or apply(*args))
+    with torch.no_grad():  # the reference model's scoring: no backward, nothing to keep
+        selected_token_log_probs(hidden, weight, targets, chunk_size=8)
+    selected_token_log_probs(hidden.detach(), weight.detach(), targets, chunk_size=8)  # nothing needs a gradient
+    assert budgets == [0, 0]
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_patched_model_matches_trl_head_outputs_loss_and_gradients(pair, temperature):
     trl_model, our_model = pair
