@@ -409,3 +409,47 @@ def test_differentiated_cpu_attention_runs_in_fp32(monkeypatch, autocast):
         assert torch.isfinite(ours.grad).all(), name
         scale = theirs.grad.abs().max().clamp(min=1e-8)
         assert (ours.grad.float() - theirs.grad).abs().max() / scale < 0.1, name
+
+
+@pytest.mark.parametrize("use_moe", [False, True], ids=["dense", "moe"])
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_activation_memory_levers_keep_values_and_gradients(monkeypatch, use_moe, autocast):
+    """The training forward keeps less for the backward (one shared additive attention mask instead of SDPA's copy
+    per layer; SwiGLU without a saved `silu(gate)`) and must compute exactly what the plain path computes."""
+    from minimind_trl.models.minimind import modeling_minimind
+
+    torch.manual_seed(0)
+    config = _tiny_config(use_moe=use_moe, num_experts=4, num_experts_per_tok=2, n_shared_experts=1)
+    ours = MiniMindForCausalLM(config).train()
+    plain = MiniMindForCausalLM(config).train()
+    plain.load_state_dict(ours.state_dict())
+    input_ids = torch.randint(3, config.vocab_size, (3, 11))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :4] = 0  # left padding: a boolean 4D mask reaches SDPA
+    context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.autocast("cpu", enabled=False)
+
+    def loss_and_grads(model):
+        with context:
+            output = model(input_ids=input_ids, attention_mask=attention_mask)
+        loss = output.logits.float().square().mean() + (output.aux_loss if use_moe else 0)
+        loss.backward()
+        return output.logits.detach(), [p.grad for p in model.parameters()]
+
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        logits, grads = loss_and_grads(ours)
+    masks = {id(t) for t in saved if t.shape[-2:] == (11, 11) and t.is_floating_point()}
+    assert len(masks) == 1  # one additive mask, shared by both layers
+    assert any(type(m) is modeling_minimind.MiniMindMLP for m in ours.modules())
+
+    monkeypatch.setattr(modeling_minimind, "shared_additive_mask", lambda config, mask: mask)
+    for module in plain.modules():
+        if isinstance(module, modeling_minimind.MiniMindMLP):
+            module.silu_gated = False
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        plain_logits, plain_grads = loss_and_grads(plain)
+    assert len({id(t) for t in saved if t.shape[-2:] == (11, 11) and t.is_floating_point()}) == 2  # SDPA's own
+    assert torch.equal(logits, plain_logits)
+    for (name, _), grad, plain_grad in zip(ours.named_parameters(), grads, plain_grads, strict=True):
+        assert torch.equal(grad, plain_grad), name

@@ -218,6 +218,22 @@ def eager_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), attn_weights
 
 
+def shared_additive_mask(config, mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A boolean SDPA mask as one additive fp32 mask (0 / -inf) for every layer, where attention is differentiated
+    on CPU. torch's SDPA turns a boolean mask into exactly this inside every call and keeps that copy for the
+    backward: one `[B, 1, L, L]` fp32 tensor per layer (4 x 21 MB for 16 x 578 tokens). Converted once, the layers
+    share one, with the same values and so the same results. (There the query is fp32: `upcast_cpu_attention`.)"""
+    if (
+        isinstance(mask, torch.Tensor)
+        and mask.dtype == torch.bool
+        and mask.device.type == "cpu"
+        and torch.is_grad_enabled()
+        and config._attn_implementation == "sdpa"
+    ):
+        return torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(mask.logical_not(), float("-inf"))
+    return mask
+
+
 def upcast_cpu_attention(config, query: torch.Tensor) -> bool:
     """Whether to run this attention in fp32: on CPU, torch's flash-attention *backward* in bf16/fp16 is ~2.5x slower
     than in fp32 (16 x 190 tokens: 79 vs 31 ms; benchmarks/README.md), so attention that will be differentiated
@@ -297,6 +313,25 @@ class MiniMindAttention(nn.Module):
         return self.resid_dropout(self.o_proj(attn_output)), attn_weights
 
 
+class SiluGatedProduct(torch.autograd.Function):
+    """`silu(gate) * up`, keeping only `gate` and `up` for the backward, which recomputes `silu(gate)`: autograd
+    would keep that too, one more `[tokens, intermediate]` tensor per MLP (a quarter of a dense layer's
+    activations). The backward runs autograd's own operations (`grad * up`, `grad * silu(gate)`, `silu_backward`),
+    so values and gradients are the same."""
+
+    @staticmethod
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        gate, up = ctx.saved_tensors
+        grad_gate = torch.ops.aten.silu_backward(grad * up, gate) if ctx.needs_input_grad[0] else None
+        grad_up = grad * F.silu(gate) if ctx.needs_input_grad[1] else None
+        return grad_gate, grad_up
+
+
 class MiniMindMLP(nn.Module):
     """SwiGLU feed-forward: down(act(gate(x)) * up(x))."""
 
@@ -306,9 +341,13 @@ class MiniMindMLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, config.hidden_size, bias=False)
         self.act_fn = ACT2FN[config.hidden_act]
+        self.silu_gated = config.hidden_act == "silu"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.silu_gated and torch.is_grad_enabled():  # less activation memory, same arithmetic
+            return self.down_proj(SiluGatedProduct.apply(gate, up))
+        return self.down_proj(self.act_fn(gate) * up)
 
 
 @use_experts_implementation
@@ -546,6 +585,7 @@ class MiniMindModel(MiniMindPreTrainedModel):
             )
         else:
             causal_mask = causal_mask["full_attention"]
+        causal_mask = shared_additive_mask(self.config, causal_mask)
 
         hidden_states = self.dropout(inputs_embeds)
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
