@@ -130,14 +130,14 @@ class MiniMindGRPOConfig(GRPOConfig):
         num_iterations (`int`, defaults to `1`): one optimisation pass per generation, so the PPO ratio is
             exactly 1 in value and its clipping never binds (upstream has no clipping).
         use_bias_correction_kl (`bool`, defaults to `False`): upstream's KL carries no importance-sampling weight.
-        bf16 (`bool` or `None`, defaults to `None`, "auto"): bf16 mixed precision (autocast, fp32 master weights),
-            upstream's `--dtype bfloat16`. Unset, it is chosen for the machine before the Trainer is built: on
-            GPUs and other accelerators bf16 (TRL's default, unless `fp16`); on CPU bf16 only where the CPU
-            computes bf16 natively (AMX, AVX512-BF16) and a start-up probe finds its GEMMs faster than fp32's, fp32
-            otherwise, with one log line saying which and why (`minimind_trl.trainer.cpu_precision`, docs/cpu.md);
-            on a machine without accelerator an automatic bf16 also sets `use_cpu`. `true`/`false` are kept as
-            given (an explicit `true` on a CPU where bf16 is many times slower warns once, with the measured
-            ratio). As in TRL, an explicit bf16 on a machine without a GPU needs `use_cpu: true`.
+        bf16 (`bool` or `None`, *optional*, unset by default: chosen for the machine): bf16 mixed precision
+            (autocast, fp32 master weights), upstream's `--dtype bfloat16`. Unset, it is chosen before the Trainer
+            is built: on GPUs and other accelerators bf16 (TRL's default, unless `fp16`); on CPU bf16 only where
+            the CPU computes bf16 natively (AMX, AVX512-BF16) and a start-up probe finds its GEMMs faster than
+            fp32's, fp32 otherwise, with one log line saying which and why (`minimind_trl.trainer.cpu_precision`,
+            docs/cpu.md); on a machine without accelerator an automatic bf16 also sets `use_cpu`. `true`/`false`
+            are kept as given (an explicit `true` on a CPU where bf16 is many times slower warns once, with the
+            measured ratio). As in TRL, an explicit bf16 on a machine without a GPU needs `use_cpu: true`.
         activation_checkpointing / gradient_checkpointing (`bool`, default off): upstream does not recompute
             activations; TRL's default (on) trades a second forward of every layer for memory.
         logging_steps (`float`, defaults to `1`): seed `--log_interval`.
