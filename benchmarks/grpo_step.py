@@ -30,13 +30,14 @@ trainer callbacks:
 Figures are medians over `--steps` steps after `--warmup` untimed ones, in wall time and in this process's CPU
 time (the step and its generation, log-prob and backward phases; steadier on a shared machine). The first lines
 name the CPU (vendor and model, torch's capability, AVX512-BF16 and AMX yes/no) and the precision the automatic
-choice makes on it; each side's line says the precision it ran in.
-The last line printed is one JSON object (`cpu`, `precision_choice`, `seed_precision`, `ours_precision`,
-`seed_s_per_step`, `ours_s_per_step`, `speedup`, `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`,
-`stock_speedup`, `roofline_s_per_step`, `ours_efficiency`, ...). Before the sides run, the parent measures the
-roofline (`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's best GEMM peak
-at the phase's shapes (the faster of fp32 and bf16, whichever precision a side picked, so a slow choice shows as
-low efficiency); the report prints each side's efficiency (time at peak / measured time) per phase and step.
+choice makes on it; each side's line says the precision it ran in. The last line printed is one JSON object
+(`cpu`, `precision_choice`, `seed_precision`, `ours_precision`, `seed_s_per_step`, `ours_s_per_step`, `speedup`,
+`seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`, `stock_speedup`, `roofline_s_per_step`,
+`ours_efficiency`, `ours_cpu_efficiency`, ...). Before the sides run, the parent measures the roofline
+(`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's best GEMM peak at the
+phase's shapes (the faster of fp32 and bf16, whichever precision a side picked, so a slow choice shows as low
+efficiency); the report prints each side's efficiency (time at peak / measured time) per phase and step, and for
+the step against CPU time too (with one thread the peaks are timed in CPU time, see `roofline.py`).
 
     python benchmarks/grpo_step.py --threads 1                    # hidden 256, 4 layers, 128 new tokens
     python benchmarks/grpo_step.py --threads 1 --new-tokens 512 --steps 3
@@ -674,6 +675,8 @@ def report_roofline(args, roof: dict, results: dict) -> dict:
             line += f"{value:>13.1%}" if value is not None else f"{'-':>13}"
         print(line)
     print(f"{'step':<16}{'':>54}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
+    cpu_efficiency = {key: roof["roofline_s_per_step"] / r["cpu_s_per_step"] for key, r in results.items()}
+    print(f"{'step, CPU time':<16}{'':>54}" + "".join(f"{cpu_efficiency[key]:>13.1%}" for key in results))
     generation = roof["phases"]["generation"]
     print(
         f"decode peak ({generation['peak_dtype']}) at its working set ({generation['weight_mb']:.1f} MB of weights per "
@@ -683,6 +686,7 @@ def report_roofline(args, roof: dict, results: dict) -> dict:
     summary = {"roofline_s_per_step": roof["roofline_s_per_step"], "roofline": roof}
     for key in results:
         summary[f"{key}_efficiency"] = efficiencies[key]["step"]
+        summary[f"{key}_cpu_efficiency"] = cpu_efficiency[key]
         summary[f"{key}_phase_efficiency"] = efficiencies[key]["phases"]
     return summary
 

@@ -23,6 +23,10 @@ Decoding reads every weight of the model once per step, more bytes than the core
 stream their weights from L3 or memory. Its peak is therefore timed over as many distinct weight matrices as the
 model's decode weights fill (`decode_weight_bytes`), cycled: the GEMM speed at the decode's real working set.
 A single warm matrix (`peak_gflops_warm`, also reported) overstates what a decoding step can reach.
+
+With one torch thread the GEMMs are timed in this process's CPU time (`time.process_time`), which other jobs on a
+shared machine do not inflate the way they inflate wall time (the peak would drop and the efficiency rise with the
+load); with more threads, in wall time.
 """
 
 import functools
@@ -142,24 +146,29 @@ def gemm_gflops(
     return 2 * m * k * n / seconds / 1e9
 
 
+def clock():
+    """CPU time with one torch thread (steady on a shared machine), wall time with several."""
+    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
+
+
 def _best_seconds(calls: list, repeats: int, min_seconds: float, max_seconds: float = float("inf")) -> float:
-    """The best mean seconds per call of `calls` (cycled) over `repeats` timed batches."""
+    """The best mean seconds per call of `calls` (cycled) over `repeats` timed batches (`clock` seconds)."""
     for call in calls:
         call()  # warm-up: allocation, kernel choice
     count = len(calls)
     while True:
-        start = time.perf_counter()
+        start = clock()
         for index in range(count):
             calls[index % len(calls)]()
-        if time.perf_counter() - start >= min_seconds / 4 or count >= 1 << 16:
+        if clock() - start >= min_seconds / 4 or count >= 1 << 16:
             break
         count *= 2
     best, spent = float("inf"), 0.0
     for repeat in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         for index in range(count):
             calls[index % len(calls)]()
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         best, spent = min(best, elapsed / count), spent + elapsed
         if repeat >= 2 and spent >= max_seconds:
             break

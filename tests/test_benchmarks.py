@@ -68,6 +68,7 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
     assert roof["roofline_s_per_step"] > 0 and set(roof["phases"]) == {"generation", "logprobs", "backward_step", "reward"}
     extra = grpo_step.report_roofline(args, roof, results)
     assert extra["roofline_s_per_step"] == roof["roofline_s_per_step"] and extra["ours_efficiency"] > 0
+    assert extra["ours_cpu_efficiency"] == roof["roofline_s_per_step"] / results["ours"]["cpu_s_per_step"]
     assert "at peak" in capsys.readouterr().out
     # TRL's profiling class and the trainer's head builder are restored after the runs
     from trl.extras.profiling import ProfilingContext
