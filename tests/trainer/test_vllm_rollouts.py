@@ -24,9 +24,13 @@ def config(tmp_path, **kwargs) -> MiniMindGRPOConfig:
     return MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **kwargs)
 
 
-def test_rollout_dtype_follows_the_recipe(tmp_path):
-    assert rollout_dtype(config(tmp_path)) == "bfloat16"  # MiniMind's default bf16: true
+def test_rollout_dtype_follows_the_recipe(tmp_path, cpu_machine):
+    cpu_machine(True)  # bf16 unset on a CPU with native bf16 (as on GPUs): bf16
+    assert rollout_dtype(config(tmp_path)) == "bfloat16"
     assert rollout_dtype(config(tmp_path, bf16=False)) == "float32"
+    cpu_machine(False)  # bf16 unset on an AVX2 CPU: the training's fp32, for the rollouts too
+    assert rollout_dtype(config(tmp_path)) == "float32"
+    assert rollout_dtype(config(tmp_path, bf16=True)) == "bfloat16"  # insisted on
 
 
 def test_vllm_log_probs_are_taken_where_the_trainer_scores(tmp_path):
