@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .reward_model import Scorer, clip_score, parse_prompt_turns
+from .reward_model import Scorer, check_scorer, clip_score, rendered_prompt_turns
 from .rule_rewards import Conversation, completion_text
 
 THINK_CLOSE = "</think>"
@@ -126,10 +126,7 @@ class AnswerRewardModelReward:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         name: str = "answer_reward_model",
     ):
-        if not callable(getattr(scorer, "score", None)):
-            raise TypeError(
-                f"scorer must have a `score(conversations) -> list[float]` method, got {type(scorer).__name__}"
-            )
+        check_scorer(scorer)
         if not clip > 0:
             raise ValueError(f"clip must be positive, got {clip}")
         self.scorer = scorer
@@ -140,17 +137,7 @@ class AnswerRewardModelReward:
 
     def prompt_turns(self, prompt: str | Conversation) -> Conversation:
         """The closed turns of one prompt as the policy saw it (text as given, messages rendered first)."""
-        if isinstance(prompt, str):
-            return parse_prompt_turns(prompt)
-        if self.tokenizer is None:
-            raise ValueError(
-                f"{self.__name__} got conversational prompts but no `tokenizer`: pass the policy's tokenizer so the "
-                "prompt is rendered with its chat template (upstream parsed the turns from the rendered prompt)"
-            )
-        rendered = self.tokenizer.apply_chat_template(
-            list(prompt), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-        return parse_prompt_turns(rendered)
+        return rendered_prompt_turns(prompt, self.tokenizer, self.chat_template_kwargs, self.__name__)
 
     def messages(self, prompts: list, completions: list) -> list[Conversation]:
         """What the reward model is asked about, one conversation per completion."""

@@ -33,6 +33,31 @@ def parse_prompt_turns(rendered_prompt: str) -> Conversation:
     return [{"role": role, "content": content.strip()} for role, content in TURN_PATTERN.findall(rendered_prompt)]
 
 
+def check_scorer(scorer) -> None:
+    """A `Scorer`, or a `TypeError` saying what is missing."""
+    if not callable(getattr(scorer, "score", None)):
+        raise TypeError(f"scorer must have a `score(conversations) -> list[float]` method, got {type(scorer).__name__}")
+
+
+def rendered_prompt_turns(
+    prompt: str | Conversation, tokenizer: Any, chat_template_kwargs: Mapping[str, Any], owner: str
+) -> Conversation:
+    """The closed turns of one prompt as the policy saw it, parsed as upstream parses them: text prompts (already
+    rendered) as they are, conversational ones rendered first with the policy's chat template and the generation
+    prompt. `owner` names the reward function in the error for a conversational prompt without a tokenizer."""
+    if isinstance(prompt, str):
+        return parse_prompt_turns(prompt)
+    if tokenizer is None:
+        raise ValueError(
+            f"{owner} got conversational prompts but no `tokenizer`: pass the policy's tokenizer so the prompt is "
+            "rendered with its chat template (upstream parsed the turns from the rendered prompt)"
+        )
+    rendered = tokenizer.apply_chat_template(
+        list(prompt), tokenize=False, add_generation_prompt=True, **chat_template_kwargs
+    )
+    return parse_prompt_turns(rendered)
+
+
 def clip_score(score: float, clip: float) -> float:
     """Upstream's clipping, `max(min(score, clip), -clip)`."""
     return max(min(score, clip), -clip)
@@ -73,8 +98,7 @@ class RewardModelReward:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         name: str = "reward_model",
     ):
-        if not callable(getattr(scorer, "score", None)):
-            raise TypeError(f"scorer must have a `score(conversations) -> list[float]` method, got {type(scorer).__name__}")
+        check_scorer(scorer)
         if clip <= 0:
             raise ValueError(f"clip must be positive, got {clip}")
         if not 0.0 <= answer_weight <= 1.0:
@@ -89,17 +113,7 @@ class RewardModelReward:
 
     def prompt_turns(self, prompt: str | Conversation) -> Conversation:
         """Upstream's message list for one prompt (plain-text or conversational)."""
-        if isinstance(prompt, str):
-            return parse_prompt_turns(prompt)
-        if self.tokenizer is None:
-            raise ValueError(
-                "RewardModelReward got conversational prompts but no `tokenizer`: pass the policy's tokenizer so "
-                "the prompt can be rendered with its chat template (upstream parsed turns from the rendered prompt)"
-            )
-        rendered = self.tokenizer.apply_chat_template(
-            list(prompt), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
-        return parse_prompt_turns(rendered)
+        return rendered_prompt_turns(prompt, self.tokenizer, self.chat_template_kwargs, type(self).__name__)
 
     def __call__(self, prompts: list, completions: list, **kwargs) -> list[float]:
         if len(prompts) != len(completions):
@@ -157,7 +171,9 @@ __all__ = [
     "TURN_PATTERN",
     "RewardModelReward",
     "Scorer",
+    "check_scorer",
     "clip_score",
     "minimind_reward_funcs",
     "parse_prompt_turns",
+    "rendered_prompt_turns",
 ]

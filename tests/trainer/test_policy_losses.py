@@ -1,7 +1,6 @@
 """Registered policy losses: MiniMind-3's upstream cases through the trainer's own advantage and loss code, the
 completion mask, old log-probs in a real run with `num_iterations: 2`, and the registry's rules."""
 
-import copy
 import inspect
 import json
 import re
