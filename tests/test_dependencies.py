@@ -31,30 +31,35 @@ def core_requirements() -> list[Requirement]:
     return [Requirement(spec) for spec in project["dependencies"]]
 
 
-def distribution_closure(requirements: list[Requirement]) -> dict[str, metadata.Distribution]:
-    """Every installed distribution the requirements pull in (markers evaluated for this interpreter, no extras)."""
+def distribution_closure(requirements: list[Requirement], find=metadata.distribution) -> dict[str, metadata.Distribution]:
+    """Every installed distribution the requirements pull in, markers evaluated for this interpreter, following the
+    extras a requirement asks for: torch's CUDA build needs `cuda-toolkit[cufile,cublas,...]`, whose libraries
+    (libcufile.so.0, ...) come only through those extras' markers (`extra == "cufile"`)."""
     environment = default_environment()
     found: dict[str, metadata.Distribution] = {}
-    pending = list(requirements)
+    followed: set[tuple[str, str]] = set()  # (distribution, extra) pairs whose requirements were added
+    pending = [(requirement, "") for requirement in requirements]
     while pending:
-        requirement = pending.pop()
+        requirement, parent_extra = pending.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({**environment, "extra": parent_extra}):
+            continue
         key = re.sub(r"[-_.]+", "-", requirement.name).lower()
-        if key in found:
-            continue
-        if requirement.marker is not None and not requirement.marker.evaluate({**environment, "extra": ""}):
-            continue
-        try:
-            distribution = metadata.distribution(requirement.name)
-        except metadata.PackageNotFoundError:
-            pytest.fail(f"{requirement.name} is a dependency of minimind-trl but is not installed in this venv")
-        found[key] = distribution
-        pending.extend(Requirement(spec) for spec in distribution.requires or [])
+        if key not in found:
+            try:
+                found[key] = find(requirement.name)
+            except metadata.PackageNotFoundError:
+                pytest.fail(f"{requirement.name} is a dependency of minimind-trl but is not installed in this venv")
+        for extra in ("", *sorted(requirement.extras)):
+            if (key, extra) not in followed:
+                followed.add((key, extra))
+                pending.extend((Requirement(spec), extra) for spec in found[key].requires or [])
     return found
 
 
-def build_core_site(target: Path) -> set[str]:
-    """Link every file of the core closure into `target` (a site directory); returns the distributions' names."""
-    closure = distribution_closure(core_requirements())
+def build_core_site(target: Path, requirements=None, find=metadata.distribution) -> set[str]:
+    """Link every file of the closure of `requirements` (default: the core ones) into `target` (a site directory);
+    returns the distributions' names."""
+    closure = distribution_closure(core_requirements() if requirements is None else requirements, find)
     for distribution in closure.values():
         root = Path(distribution.locate_file(""))
         for file in distribution.files or []:
@@ -102,6 +107,53 @@ def run_core(core_site, code: str, *args: str, cwd=None, timeout=900) -> subproc
 
 def cli(core_site, *args: str, cwd=None) -> subprocess.CompletedProcess:
     return run_core(core_site, "from minimind_trl.cli import main\nsys.argv = sys.argv[:1] + sys.argv[1:]\nsys.exit(main())", *args, cwd=cwd)
+
+
+def _fake_distribution(site: Path, name: str, requires: list[str], files: dict[str, str]) -> None:
+    """An installed distribution as pip leaves it: its files, and a dist-info with METADATA and RECORD."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    metadata_lines = ["Metadata-Version: 2.1", f"Name: {name}", "Version: 1.0"]
+    metadata_lines += [f"Provides-Extra: {extra}" for extra in ("libs", "all")]
+    metadata_lines += [f"Requires-Dist: {spec}" for spec in requires]
+    (info / "METADATA").write_text("\n".join(metadata_lines) + "\n")
+    for relative, text in files.items():
+        (site / relative).parent.mkdir(parents=True, exist_ok=True)
+        (site / relative).write_text(text)
+    record = [*files, f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    (info / "RECORD").write_text("".join(f"{entry},,\n" for entry in record))
+
+
+def test_the_core_site_follows_the_extras_a_requirement_asks_for(tmp_path):
+    """torch's CUDA build asks for `cuda-toolkit[cufile,...]`; the libraries it loads (relative to its own folder, as
+    its RPATH does) come from distributions that only those extras' markers pull in. A closure that ignores the
+    requested extras leaves them out, and torch fails to import in the core site (libcufile.so.0, issue 36). Here
+    an `engine` needs `toolkit[libs]`, whose `vendorlib` is required only under `extra == "libs"`."""
+    installed = tmp_path / "installed"
+    loader = (
+        "from pathlib import Path\n"
+        "library = Path(__file__).parent.parent / 'vendorlib' / 'lib.txt'\n"
+        "if not library.is_file():\n"
+        "    raise ImportError(f'{library.name}: cannot open shared object file')\n"
+    )
+    _fake_distribution(installed, "engine", ['toolkit[libs]==1.0; python_version >= "3"'], {"engine/__init__.py": loader})
+    _fake_distribution(
+        installed, "toolkit", ['vendorlib==1.0; extra == "libs"', 'unwanted==1.0; extra == "all"'],
+        {"toolkit/__init__.py": ""},
+    )
+    _fake_distribution(installed, "vendorlib", [], {"vendorlib/__init__.py": "", "vendorlib/lib.txt": "binary"})
+
+    def find(name: str) -> metadata.Distribution:
+        return next(iter(metadata.distributions(name=name, path=[str(installed)])))
+
+    site_dir = tmp_path / "core" / "site-packages"
+    names = build_core_site(site_dir, [Requirement("engine")], find)
+    assert names == {"engine", "toolkit", "vendorlib"}  # `unwanted` is another extra's
+    probe = subprocess.run(
+        [sys.executable, "-S", "-c", f"import site; site.addsitedir({str(site_dir)!r}); import engine"],
+        capture_output=True, text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
 
 
 def test_the_core_site_holds_the_dependencies_and_nothing_else(core_site):
