@@ -25,7 +25,7 @@ MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,9 @@ def _looks_utf16(head: bytes) -> bool:
     return head.startswith((b"\xff\xfe", b"\xfe\xff")) or zeros
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(location, conversations or an exception) for each non-blank line of a JSON-lines file.
+def jsonl_records(path: Path) -> Iterator[tuple[str, Mapping | RLAIFDataError]]:
+    """(location, the line's object or an exception) for each non-blank line of a JSON-lines file; an object
+    without `conversations` is an error.
 
     Each line is decoded as UTF-8 on its own (a UTF-8 byte-order mark, which Windows editors write, is dropped),
     so a stray non-UTF-8 byte is an error naming its line (skippable like any bad row) and a UTF-16 file is
@@ -111,18 +112,20 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
             if not isinstance(record, Mapping) or "conversations" not in record:
                 yield where, RLAIFDataError(f"{where}: no 'conversations' field")
                 continue
-            yield where, record["conversations"]
+            yield where, record
 
 
-def _dataset_records(dataset: datasets.Dataset, source: str) -> Iterator[tuple[str, Any]]:
+def dataset_records(dataset: datasets.Dataset, source: str) -> Iterator[tuple[str, Mapping | RLAIFDataError]]:
+    """(location, the row or an exception) for each row of a loaded dataset; a row without `conversations` is an
+    error."""
     if "conversations" not in dataset.column_names:
         raise RLAIFDataError(f"{source}: no 'conversations' column (columns: {dataset.column_names})")
-    for index, conversations in enumerate(dataset["conversations"]):
+    for index, record in enumerate(dataset):
         where = f"{source} row {index}"
-        if conversations is None:
+        if record["conversations"] is None:
             yield where, RLAIFDataError(f"{where}: no 'conversations' field")
         else:
-            yield where, conversations
+            yield where, record
 
 
 def _load_with_datasets(path: Path, source: str, split: str, data_files, revision) -> tuple[datasets.Dataset, str]:
@@ -139,13 +142,32 @@ def _load_with_datasets(path: Path, source: str, split: str, data_files, revisio
     return dataset, f"{source} [{split}]"
 
 
-def _rows(records: Iterable[tuple[str, Any]], roles: str, system_prompt: str | None, skip_bad_rows: bool, source: str):
+def read_records(
+    path_or_hub_name: str | os.PathLike, split: str, data_files, revision
+) -> tuple[Iterable[tuple[str, Mapping | RLAIFDataError]], str]:
+    """The records of a local JSON-lines file (errors name the line) or of whatever `datasets` loads (a saved
+    dataset, a data folder, a Hub dataset; errors name the row), and the source's name for messages."""
+    path = Path(path_or_hub_name).expanduser()
+    source = str(path_or_hub_name)
+    if path.is_file():
+        return jsonl_records(path), source
+    return dataset_records(*_load_with_datasets(path, source, split, data_files, revision)), source
+
+
+def collect_rows(
+    records: Iterable[tuple[str, Mapping | RLAIFDataError]],
+    to_row: Callable[[Mapping, str], dict],
+    skip_bad_rows: bool,
+    source: str,
+) -> tuple[list[dict], int]:
+    """`to_row(record, where)` of every record, and how many were skipped: a bad record (an `RLAIFDataError`,
+    read or raised by `to_row`) stops the load unless `skip_bad_rows`, which logs how many and where."""
     rows, skipped = [], []
-    for where, conversations in records:
+    for where, record in records:
         try:
-            if isinstance(conversations, RLAIFDataError):
-                raise conversations
-            rows.append(conversation_to_row(conversations, where, roles=roles, system_prompt=system_prompt))
+            if isinstance(record, RLAIFDataError):
+                raise record
+            rows.append(to_row(record, where))
         except RLAIFDataError as error:
             if not skip_bad_rows:
                 raise
@@ -191,17 +213,24 @@ def load_rlaif_dataset(
     """
     if roles not in ROLE_MODES:
         raise ValueError(f"roles must be one of {ROLE_MODES}, got {roles!r}")
-    path = Path(path_or_hub_name).expanduser()
-    source = str(path_or_hub_name)
-    if path.is_file():
-        records: Iterable[tuple[str, Any]] = _jsonl_records(path)
-    else:
-        records = _dataset_records(*_load_with_datasets(path, source, split, data_files, revision))
-    rows, skipped = _rows(records, roles, system_prompt, skip_bad_rows, source)
+    records, source = read_records(path_or_hub_name, split, data_files, revision)
+
+    def to_row(record: Mapping, where: str) -> dict:
+        return conversation_to_row(record["conversations"], where, roles=roles, system_prompt=system_prompt)
+
+    rows, skipped = collect_rows(records, to_row, skip_bad_rows, source)
     result = datasets.Dataset.from_list(rows)
     if skipped:
         result.info.description = f"{skipped} bad row(s) of {source} skipped"
     return result
 
 
-__all__ = ["RLAIFDataError", "conversation_to_row", "load_rlaif_dataset"]
+__all__ = [
+    "RLAIFDataError",
+    "collect_rows",
+    "conversation_to_row",
+    "dataset_records",
+    "jsonl_records",
+    "load_rlaif_dataset",
+    "read_records",
+]
