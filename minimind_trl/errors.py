@@ -24,6 +24,15 @@ class RLAIFDataError(MiniMindTRLError):
     """RLAIF data that cannot be turned into prompts; the message names the file and line (or row)."""
 
 
+class AgentDataError(RLAIFDataError):
+    """Agent RL rows (`conversations`, the system turn's `tools`, `gt`) that cannot be used; the message names the
+    file and line (or row), the turn or the key."""
+
+
+class ToolSpecError(MiniMindTRLError):
+    """A tool name, function or timeout that cannot be used; the message names it."""
+
+
 class RewardSpecError(MiniMindTRLError):
     """A reward name, weight or reward model that cannot be used; the message names it."""
 
@@ -66,6 +75,7 @@ class VLLMModelError(MiniMindTRLError):
 
 __all__ = [
     "USER_ERROR_EXIT_CODE",
+    "AgentDataError",
     "ConversionError",
     "DemoError",
     "ExportError",
@@ -79,5 +89,6 @@ __all__ = [
     "ResumeError",
     "RewardFunctionError",
     "RewardSpecError",
+    "ToolSpecError",
     "VLLMModelError",
 ]

@@ -1,0 +1,298 @@
+"""Tools an agent rollout runs: upstream's six mocks, or a user's own, behind one `Toolbox`.
+
+A `Tool` is a name, a JSON schema (what the prompt shows), a function of the call's `arguments` and a check of
+those arguments (what the reward counts as a valid call). `Toolbox` runs calls the way upstream's rollout runs
+them and never lets a tool stop the run:
+
+* `execute(name, arguments)` gives a `ToolOutcome`: the tool's result and the tool message's text,
+  `json.dumps(result, ensure_ascii=False)` cut to 2048 characters. An unknown name, a tool that raises, one that
+  runs past `timeout` seconds, or a result that is not JSON-serialisable gives upstream's one error observation,
+  `{"error": "tool not found"}` (what MiniMind-3 was trained on), and the outcome says why in `error`.
+* `run_call(call)` first reads a parsed `<tool_call>` value (`parsing.call_name_and_arguments`): a call that is not
+  a JSON object, on which upstream's rollout raised, gets the error observation.
+* `is_valid_call(call, offered)` is the reward's test: a JSON object naming one of the sample's tools that this
+  toolbox has, with arguments its check accepts. A call upstream's reward raised on counts as invalid.
+
+Like upstream, a call runs whichever tool of the toolbox it names, also one the sample's prompt did not offer (the
+reward then counts it as invalid). Upstream guards each call with a 1 s `SIGALRM`, which works only on the main
+thread; here each call runs in its own daemon thread and is abandoned after `timeout` seconds (Python cannot stop
+a thread: a tool that never returns keeps its thread, and the rollout goes on).
+
+User tools follow TRL's `tools=` convention: Python functions with type hints and a Google-style docstring, called
+with the arguments as keywords; their schema is `transformers.utils.get_json_schema(function)`. A recipe names them
+as `package.module:function` (`load_toolbox`), beside the mocks' names.
+"""
+
+import asyncio
+import difflib
+import functools
+import inspect
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ToolSpecError
+from ..loading_utils import import_object
+from .mock_tools import ARGUMENT_CHECKS, MOCKS, SCHEMAS
+from .parsing import call_name_and_arguments
+
+logger = logging.getLogger(__name__)
+
+TOOL_NOT_FOUND = '{"error": "tool not found"}'  # upstream's observation for every failed call
+OBSERVATION_LIMIT = 2048  # characters of a tool message (upstream: "防止天文数字撑爆tokenizer")
+DEFAULT_TIMEOUT = 1.0  # seconds, upstream's SIGALRM guard
+UPSTREAM_TOOL_NAMES = tuple(SCHEMAS)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool.
+
+    Attributes:
+        name: the name calls use.
+        run: called with the call's `arguments` (whatever JSON value they are); returns the result, or raises.
+        schema: its JSON schema as chat templates take it (`{"type": "function", "function": {...}}`).
+        check: whether the arguments make a valid call (the reward's `CHECK_ARGS`); must not raise.
+    """
+
+    name: str
+    run: Callable[[Any], Any]
+    schema: dict
+    check: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one call gave: `result` (None when it failed), the tool message's text, and why it failed."""
+
+    result: Any
+    observation: str
+    error: str | None = None
+
+
+def observation_text(result: Any) -> str:
+    """The tool message for a result: its JSON (non-ASCII kept) cut to 2048 characters; the error text for None.
+
+    Upstream tested the result's truthiness; its mocks never return a falsy result, and a user's tool that returns
+    `0` or `""` gets its result shown rather than "tool not found". Raises `TypeError`/`ValueError` for a result
+    JSON cannot hold."""
+    text = TOOL_NOT_FOUND if result is None else json.dumps(result, ensure_ascii=False)
+    return text[:OBSERVATION_LIMIT]
+
+
+def _failure(error: str) -> ToolOutcome:
+    return ToolOutcome(None, TOOL_NOT_FOUND, error)
+
+
+def mock_tool(name: str) -> Tool:
+    """One of upstream's six mocks by name (`UPSTREAM_TOOL_NAMES`)."""
+    return Tool(name, MOCKS[name], SCHEMAS[name], ARGUMENT_CHECKS[name])
+
+
+def _keyword_check(parameters: Mapping, takes_any_keyword: bool) -> Callable[[Any], bool]:
+    required = list(parameters.get("required") or [])
+    known = set(parameters.get("properties") or {})
+
+    def check(arguments: Any) -> bool:
+        if not isinstance(arguments, dict) or any(arguments.get(key) is None for key in required):
+            return False
+        return takes_any_keyword or set(arguments) <= known
+
+    return check
+
+
+def tool_from_function(function: Callable, name: str | None = None) -> Tool:
+    """A user's Python function as a tool (TRL's `tools=` convention): its schema from its type hints and
+    Google-style docstring, called with the arguments as keywords (a coroutine function is run to completion).
+    A valid call passes every required argument (not null) and no argument the function does not take."""
+    from transformers.utils import get_json_schema
+
+    label = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+    try:
+        schema = get_json_schema(function)
+    except Exception as error:  # noqa: BLE001 - transformers raises several parsing exception types
+        raise ToolSpecError(f"tool {label}: no JSON schema from its signature and docstring ({error})") from error
+    signature = inspect.signature(function)
+    takes_any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+
+    def run(arguments: Any) -> Any:
+        if not isinstance(arguments, dict):
+            raise TypeError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+        if inspect.iscoroutinefunction(function):
+            return asyncio.run(function(**arguments))
+        return function(**arguments)
+
+    check = _keyword_check(schema["function"].get("parameters") or {}, takes_any_keyword)
+    return Tool(name or schema["function"]["name"], run, schema, check)
+
+
+def _run_in_thread(tool: Tool, arguments: Any, timeout: float) -> Any:
+    """`tool.run(arguments)` in a daemon thread; `TimeoutError` when it has not returned after `timeout` s."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = tool.run(arguments)
+        except Exception as error:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = error
+
+    thread = threading.Thread(target=target, name=f"minimind-tool-{tool.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"no result after {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    if "result" not in box:
+        raise RuntimeError("the tool ended without a result")
+    return box["result"]
+
+
+class Toolbox:
+    """Tools by name, run as upstream's rollout runs them (see the module docstring).
+
+    Args:
+        tools: the tools (default: upstream's six mocks); names must be unique.
+        timeout: seconds a call may take (upstream: 1); None runs each call in the caller's thread, unguarded.
+    """
+
+    def __init__(self, tools: Iterable[Tool] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
+        tools = [mock_tool(name) for name in UPSTREAM_TOOL_NAMES] if tools is None else list(tools)
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self.tools:
+                raise ToolSpecError(f"two tools are named {tool.name!r}")
+            self.tools[tool.name] = tool
+        if timeout is not None and not timeout > 0:
+            raise ToolSpecError(f"tool timeout must be positive seconds (or None), got {timeout!r}")
+        self.timeout = timeout
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.tools)
+
+    @property
+    def schemas(self) -> list[dict]:
+        """The tools' JSON schemas, for a prompt that offers all of them."""
+        return [tool.schema for tool in self.tools.values()]
+
+    def get(self, name: Any) -> Tool | None:
+        """The tool called `name` (None for an unknown name, or a name that is not a string)."""
+        return self.tools.get(name) if isinstance(name, str) else None
+
+    def __contains__(self, name: Any) -> bool:
+        return self.get(name) is not None
+
+    def execute(self, name: Any, arguments: Any) -> ToolOutcome:
+        """Run one call (upstream's `execute_tool` plus the observation text); never raises."""
+        tool = self.get(name)
+        if tool is None:
+            return _failure(f"unknown tool {name!r}")
+        try:
+            result = tool.run(arguments) if self.timeout is None else _run_in_thread(tool, arguments, self.timeout)
+        except TimeoutError as error:
+            logger.warning("tool %s: %s; the call gets an error observation", tool.name, error)
+            return _failure(f"{tool.name} timed out: {error}")
+        except Exception as error:  # noqa: BLE001 - whatever a tool raises becomes an observation
+            return _failure(f"{tool.name} raised {type(error).__name__}: {error}")
+        if result is None:
+            return _failure(f"{tool.name} returned None")
+        try:
+            return ToolOutcome(result, observation_text(result))
+        except (TypeError, ValueError, RecursionError) as error:
+            return _failure(f"{tool.name} returned a result JSON cannot hold ({type(error).__name__}: {error})")
+
+    def run_call(self, call: Any) -> ToolOutcome:
+        """Run one parsed `<tool_call>` value: its `name` with its `arguments` (a JSON string decoded first)."""
+        read = call_name_and_arguments(call)
+        if read is None:
+            return _failure(f"the call is not a JSON object: {call!r}"[:200])
+        return self.execute(*read)
+
+    def check_args(self, name: Any, arguments: Any) -> bool:
+        """Whether `arguments` make a valid call of the tool `name` (False for an unknown tool)."""
+        tool = self.get(name)
+        return tool is not None and bool(tool.check(arguments))
+
+    def is_valid_call(self, call: Any, offered: Iterable[str]) -> bool:
+        """The reward's test of one parsed call: an object naming a tool of `offered` (the sample's tool names)
+        that this toolbox has, with arguments it accepts."""
+        read = call_name_and_arguments(call)
+        if read is None:
+            return False
+        name, arguments = read
+        return isinstance(name, str) and name in set(offered) and self.check_args(name, arguments)
+
+    def __repr__(self) -> str:
+        return f"Toolbox({list(self.tools)}, timeout={self.timeout})"
+
+
+def _tool_from_object(value: Any, spec: str) -> Tool:
+    if isinstance(value, Tool):
+        return value
+    if callable(value):
+        return tool_from_function(value)
+    raise ToolSpecError(f"tool {spec!r} is a {type(value).__name__}, not a function or a Tool")
+
+
+def resolve_tool(spec: str | Callable | Tool) -> Tool:
+    """One tool from a recipe's name (a mock's name, or `package.module:function`), a function or a `Tool`."""
+    if isinstance(spec, Tool):
+        return spec
+    if not isinstance(spec, str):
+        return _tool_from_object(spec, repr(spec))
+    if spec in MOCKS:
+        return mock_tool(spec)
+    if ":" in spec or "." in spec:
+        return _tool_from_object(import_object(spec, "tool", ToolSpecError, form="package.module:function"), spec)
+    close = difflib.get_close_matches(spec, UPSTREAM_TOOL_NAMES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ToolSpecError(
+        f"unknown tool {spec!r}{hint}: expected one of upstream's mocks ({', '.join(UPSTREAM_TOOL_NAMES)}) or an "
+        "importable 'package.module:function'"
+    )
+
+
+def load_toolbox(
+    specs: Sequence[str | Callable | Tool] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+) -> Toolbox:
+    """A toolbox from a recipe's list (see `resolve_tool`); None or empty gives upstream's six mocks."""
+    if not specs:
+        return Toolbox(timeout=timeout)
+    return Toolbox([resolve_tool(spec) for spec in specs], timeout=timeout)
+
+
+def execute_tool(name: Any, arguments: Any, toolbox: Toolbox | None = None) -> Any:
+    """Upstream's `execute_tool`: the result, or None when the name is unknown or the tool failed."""
+    return (toolbox or _default_toolbox()).execute(name, arguments).result
+
+
+def check_args(name: Any, arguments: Any, toolbox: Toolbox | None = None) -> bool:
+    """Upstream's `bool(CHECK_ARGS[name](arguments))` for a known tool; False where it raised."""
+    return (toolbox or _default_toolbox()).check_args(name, arguments)
+
+
+@functools.cache
+def _default_toolbox() -> Toolbox:
+    return Toolbox()
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "OBSERVATION_LIMIT",
+    "TOOL_NOT_FOUND",
+    "UPSTREAM_TOOL_NAMES",
+    "Tool",
+    "ToolOutcome",
+    "Toolbox",
+    "check_args",
+    "execute_tool",
+    "load_toolbox",
+    "mock_tool",
+    "observation_text",
+    "resolve_tool",
+    "tool_from_function",
+]
