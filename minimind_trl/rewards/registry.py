@@ -5,6 +5,11 @@ MiniMind-3's (d65ef2c) `length`, `thinking_length`, `think_close_count`, `repeti
 `answer_reward_model`. The reward-model terms (`REWARD_MODEL_REWARDS`) score with the model at
 `reward_model_name_or_path`; a run lists at most one of them.
 
+MiniMind-3's agent stage (d65ef2c `train_agent.py`) adds `agent_reward` and `agent_rule_reward` (the same without
+the reward model), one function each that returns upstream's clipped total and logs every term. They live in
+`minimind_trl.agent`, which sits above this layer (it imports `rewards`); their builders import it only when a
+recipe builds them, so the one table recipes pick from lists them without an import cycle.
+
 `REWARDS` maps each built-in name to a `RewardEntry`: how to check it before any model is loaded and how to
 build its TRL reward callable. Any other name must be an importable `package.module:function` (also
 `package.module.function`; the working directory is importable, as in TRL's scripts). `check_reward_specs`
@@ -33,12 +38,13 @@ REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
 class RewardEntry:
     """A built-in reward: `build(script_args, training_args, tokenizer)` returns its TRL reward callable;
     `check(script_args, training_args)`, when given, validates its options before anything is loaded; `python`
-    names what Python users import instead."""
+    names what Python users import instead, from `module`."""
 
     help: str
     build: Callable
     check: Callable | None = None
-    python: str = ""  # its public name in `minimind_trl.rewards` (what Python users pass the trainer)
+    python: str = ""  # its public name in `module` (what Python users pass the trainer)
+    module: str = "minimind_trl.rewards"
 
 
 # --------------------------------------------------------------------------- the reward model
@@ -151,6 +157,34 @@ def build_answer_reward_model_reward(script_args, training_args, tokenizer) -> A
     )
 
 
+def check_agent_tools(script_args, training_args) -> None:
+    """The agent reward's tools (`agent_tools`): every name a mock or an importable function."""
+    from ..agent.reward import recipe_toolbox  # agent/ imports rewards/: imported here, at check time (see above)
+
+    recipe_toolbox(script_args)
+
+
+def check_agent_reward(script_args, training_args) -> None:
+    check_reward_model(script_args, training_args)
+    check_agent_tools(script_args, training_args)
+
+
+def build_agent_reward(script_args, training_args, tokenizer):
+    """MiniMind-3's agent reward with the reward model's score on the no-call branch."""
+    from ..agent.reward import build_agent_reward as build  # see the module docstring
+
+    kind = check_reward_model(script_args, training_args)
+    scorer = load_scorer(script_args.reward_model_name_or_path, kind, training_args.device)
+    return build(script_args, training_args, tokenizer, scorer)
+
+
+def build_agent_rule_reward(script_args, training_args, tokenizer):
+    """MiniMind-3's agent reward without a reward model (upstream's `reward_model=None`)."""
+    from ..agent.reward import build_agent_reward as build  # see the module docstring
+
+    return build(script_args, training_args, tokenizer, None)
+
+
 def _function(func: Callable) -> Callable:
     """A builder returning `func` itself (rule rewards need no options)."""
     return lambda *_: func
@@ -199,8 +233,24 @@ REWARDS: dict[str, RewardEntry] = {
         check=check_reward_model,
         python="AnswerRewardModelReward",
     ),
+    # MiniMind-3's agent stage (d65ef2c train_agent.py)
+    "agent_reward": RewardEntry(
+        "upstream's agent reward: tool-call gap, gt in the final answer, unfinished penalty, or (no call) format "
+        "terms and the reward model with the # Tools prompt; clipped to [-3, 3], each term logged",
+        build=build_agent_reward,
+        check=check_agent_reward,
+        python="AgentReward",
+        module="minimind_trl.agent",
+    ),
+    "agent_rule_reward": RewardEntry(
+        "agent_reward without the reward-model term",
+        build=build_agent_rule_reward,
+        check=check_agent_tools,
+        python="AgentReward",
+        module="minimind_trl.agent",
+    ),
 }
-REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model")  # the entries that score with the reward model
+REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model", "agent_reward")  # the entries scoring with the model
 
 
 def import_reward_function(spec: str) -> Callable:
@@ -240,8 +290,9 @@ def check_reward_specs(script_args, training_args) -> None:
     model_rewards = [name for name in names if name in REWARD_MODEL_REWARDS]
     if len(model_rewards) > 1:
         raise RewardSpecError(
-            f"reward_funcs lists {' and '.join(model_rewards)}: both score with the one reward model (MiniMind2's "
-            "whole-completion blend and MiniMind-3's answer after the folded conversation); keep one"
+            f"reward_funcs lists {' and '.join(model_rewards)}: {'both' if len(model_rewards) == 2 else 'all'} score "
+            "with the one reward model (MiniMind2's whole-completion blend, MiniMind-3's answer after the folded "
+            "conversation, its agent reward's no-call branch); keep one"
         )
     for name in names:
         if name in REWARDS and REWARDS[name].check is not None:

@@ -40,11 +40,17 @@ def check_scorer(scorer) -> None:
 
 
 def rendered_prompt_turns(
-    prompt: str | Conversation, tokenizer: Any, chat_template_kwargs: Mapping[str, Any], owner: str
+    prompt: str | Conversation,
+    tokenizer: Any,
+    chat_template_kwargs: Mapping[str, Any],
+    owner: str,
+    tools: list[dict] | None = None,
 ) -> Conversation:
     """The closed turns of one prompt as the policy saw it, parsed as upstream parses them: text prompts (already
     rendered) as they are, conversational ones rendered first with the policy's chat template and the generation
-    prompt. `owner` names the reward function in the error for a conversational prompt without a tokenizer."""
+    prompt, and with `tools` when given (MiniMind-3's template then writes the `# Tools` block into the system
+    turn, as upstream's agent reward saw it). `owner` names the reward function in the error for a conversational
+    prompt without a tokenizer."""
     if isinstance(prompt, str):
         return parse_prompt_turns(prompt)
     if tokenizer is None:
@@ -52,6 +58,8 @@ def rendered_prompt_turns(
             f"{owner} got conversational prompts but no `tokenizer`: pass the policy's tokenizer so the prompt is "
             "rendered with its chat template (upstream parsed the turns from the rendered prompt)"
         )
+    if tools is not None:
+        chat_template_kwargs = {**chat_template_kwargs, "tools": tools}
     rendered = tokenizer.apply_chat_template(
         list(prompt), tokenize=False, add_generation_prompt=True, **chat_template_kwargs
     )

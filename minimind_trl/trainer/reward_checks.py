@@ -47,7 +47,7 @@ def check_trainer_arguments(model, reward_funcs) -> None:
         if isinstance(func, str) and func in REWARDS:
             raise TypeError(
                 f"reward_funcs: {func!r} is the name of a built-in reward of `minimind-trl grpo` recipes; the trainer "
-                f"takes functions: pass e.g. `from minimind_trl.rewards import {REWARDS[func].python}` (a string here "
+                f"takes functions: pass e.g. `from {REWARDS[func].module} import {REWARDS[func].python}` (a string here "
                 "is a reward-model path or Hub id)"
             )
         if isinstance(func, str) and _missing_local_path(func):

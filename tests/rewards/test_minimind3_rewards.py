@@ -260,7 +260,7 @@ def specs(reward_funcs, reward_model=None):
     "reward_funcs, reward_model, message",
     [
         (["length", "answer_reward_model"], None, "includes 'answer_reward_model' but reward_model_name_or_path is"),
-        (["length"], "some/rm", r"is set but no reward-model reward \('reward_model' or 'answer_reward_model'\)"),
+        (["length"], "some/rm", r"is set but no reward-model reward \('reward_model' or 'answer_reward_model' or 'agent_reward'\)"),
         (["reward_model", "answer_reward_model"], "some/rm", "lists reward_model and answer_reward_model: both score"),
         (["lenght"], None, "did you mean 'length'"),
     ],

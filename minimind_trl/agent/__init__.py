@@ -1,0 +1,64 @@
+"""MiniMind-3's agent RL stage (upstream d65ef2c `trainer/train_agent.py`): multi-turn tool calling on TRL.
+
+* `data`: upstream's `agent_rl.jsonl` rows as a TRL dataset (`prompt`, `tools`, `gt`) and the helpers that give back
+  upstream's Python values;
+* `parsing`: `<tool_call>` blocks and a turn's thought and answer, read as upstream reads them;
+* `tools`, `mock_tools`, `safe_math`: upstream's six mock tools (without `eval`), a user's own tools, and a
+  `Toolbox` that runs calls without ever stopping the run;
+* `reward`: upstream's agent reward as one TRL reward function, every term logged.
+
+This package sits beside `trainer/` and above `rewards/`, whose reward-model pieces it reuses.
+"""
+
+from .data import (
+    decode_gt,
+    decode_tools,
+    load_agent_dataset,
+    prompt_messages,
+    prompt_tools,
+    sample_gt,
+    sample_tools,
+    tool_names,
+)
+from .parsing import answer_tool_calls, call_name_and_arguments, parse_tool_calls, split_turn, turn_answer
+from .reward import TERMS, AgentReward, transcript_terms, verified_gt
+from .tools import (
+    OBSERVATION_LIMIT,
+    TOOL_NOT_FOUND,
+    UPSTREAM_TOOL_NAMES,
+    Tool,
+    Toolbox,
+    ToolOutcome,
+    load_toolbox,
+    observation_text,
+    tool_from_function,
+)
+
+__all__ = [
+    "OBSERVATION_LIMIT",
+    "TERMS",
+    "TOOL_NOT_FOUND",
+    "UPSTREAM_TOOL_NAMES",
+    "AgentReward",
+    "Tool",
+    "ToolOutcome",
+    "Toolbox",
+    "answer_tool_calls",
+    "call_name_and_arguments",
+    "decode_gt",
+    "decode_tools",
+    "load_agent_dataset",
+    "load_toolbox",
+    "observation_text",
+    "parse_tool_calls",
+    "prompt_messages",
+    "prompt_tools",
+    "sample_gt",
+    "sample_tools",
+    "split_turn",
+    "tool_from_function",
+    "tool_names",
+    "transcript_terms",
+    "turn_answer",
+    "verified_gt",
+]
