@@ -321,12 +321,14 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     def _old_per_token_logps(self, inputs, per_token_logps: torch.Tensor) -> torch.Tensor:
         """The log-probs of the policy that produced the rollout. With vLLM rollouts: vLLM's own, returned with each
         sampled token (TRL's `sampling_per_token_logps`, on the trainer's scale: `vllm_rollouts.logprobs_mode`), as
-        upstream MiniMind-3 takes SGLang's; a position vLLM gave none for (NaN) falls back as below. Otherwise TRL's
+        upstream MiniMind-3 takes SGLang's; likewise those a `rollout_func` returns (the agent rollout passes on its
+        generation step's); a position without one (NaN) falls back as below. Otherwise TRL's
         `old_per_token_logps` when it computed them (`num_iterations > 1`, generation misaligned with optimizer
         steps), else the current ones detached (the batch is on-policy: ratio 1 in value)."""
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old
-        sampling = inputs.get("sampling_per_token_logps") if self.use_vllm else None
+        rollout_engine = self.use_vllm or self.rollout_func is not None
+        sampling = inputs.get("sampling_per_token_logps") if rollout_engine else None
         return old if sampling is None else torch.where(torch.isnan(sampling), old, sampling)
 
     def _loss_scale(self, inputs, mode: str) -> LossScale:

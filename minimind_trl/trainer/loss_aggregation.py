@@ -7,6 +7,8 @@ names.
 
 * `seq-mean-token-mean`: each completion's masked token mean, then the mean over completions: both upstream
   generations, TRL's `grpo` and `sapo`. The default for registered losses.
+* `seq-mean-token-mean-nonempty`: the same mean over the completions with at least one loss token only (0 when
+  none has one): MiniMind-3's agent RL (`train_agent.py`), where a rollout can train nothing.
 * `token-mean`: the token sum over the number of loss tokens of the whole accumulated batch (all processes, all
   micro-batches of the optimizer step): TRL's `dapo`, `cispo` and `vespo`.
 * `local-token-mean`: the token mean of this micro-batch: TRL's `bnpo`.
@@ -61,6 +63,16 @@ def get_loss_aggregation(name: str) -> LossAggregation:
 @register_loss_aggregation("seq-mean-token-mean")
 def seq_mean_token_mean(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
     per_completion = (per_token_loss * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+    return per_completion.mean() / scale.accumulation_steps
+
+
+@register_loss_aggregation("seq-mean-token-mean-nonempty")
+def seq_mean_token_mean_nonempty(per_token_loss, mask, scale: LossScale) -> torch.Tensor:
+    counts = mask.sum(dim=-1)
+    nonempty = counts > 0
+    if not nonempty.any():  # nothing to learn from: a zero that keeps the graph (every rank must back-propagate)
+        return (per_token_loss * mask).sum() * 0.0
+    per_completion = (per_token_loss * mask).sum(dim=-1)[nonempty] / counts[nonempty]
     return per_completion.mean() / scale.accumulation_steps
 
 

@@ -86,16 +86,21 @@ def k3_kl(ref_per_token_logps: torch.Tensor, per_token_logps: torch.Tensor) -> t
 
 
 def upto_first_eos_mask(completion_ids: torch.Tensor, rollout_mask: torch.Tensor, eos_token_ids) -> torch.Tensor:
-    """MiniMind-3's completion mask: the positions up to and including the first EOS that lies inside the rollout's
-    own mask (the last position when there is none), and only where the rollout's mask is 1. Keeps
-    `rollout_mask`'s dtype."""
+    """MiniMind-3's completion mask, per turn: inside each turn (a run of positions where the rollout's own mask is
+    1), the positions up to and including the turn's first EOS (all of them when it has none); nothing where the
+    rollout's mask is 0. A single-turn completion is one turn: upstream's cut after the first EOS. In a multi-turn
+    rollout (TRL's tool loop) each turn ends with its EOS and the tool output (mask 0) starts the next turn, which
+    is trained too. Keeps `rollout_mask`'s dtype."""
     inside = rollout_mask.bool()
     eos = torch.as_tensor(list(eos_token_ids), device=completion_ids.device)
-    is_eos = torch.isin(completion_ids, eos) & inside
-    last = torch.full_like(completion_ids[:, 0], completion_ids.size(1) - 1)
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), last)
-    positions = torch.arange(completion_ids.size(1), device=completion_ids.device)
-    return ((positions.unsqueeze(0) <= first_eos.unsqueeze(1)) & inside).to(rollout_mask.dtype)
+    is_eos = (torch.isin(completion_ids, eos) & inside).long()
+    eos_before = is_eos.cumsum(dim=1) - is_eos  # EOS strictly before each position, over the whole row
+    previous_inside = torch.nn.functional.pad(inside[:, :-1], (1, 0), value=False)
+    turn_start = inside & ~previous_inside
+    # `eos_before` never decreases along a row, so its running maximum over turn starts is its value at the start
+    # of the current turn: what came before that turn
+    before_turn = torch.where(turn_start, eos_before, torch.zeros_like(eos_before)).cummax(dim=1).values
+    return (inside & (eos_before == before_turn)).to(rollout_mask.dtype)
 
 
 @register_policy_loss("minimind3_cispo")

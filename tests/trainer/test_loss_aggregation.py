@@ -104,3 +104,20 @@ def test_every_trl_loss_type_has_a_mode():
 def test_a_second_function_under_a_taken_name_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         register_loss_aggregation("token-mean")(lambda per_token_loss, mask, scale: per_token_loss.sum())
+
+
+def test_nonempty_mode_averages_over_the_completions_with_a_loss_token():
+    """MiniMind-3's agent rule (`train_agent.py`): a rollout that trains no token is left out of the mean; with none
+    left the loss is a zero that still reaches every parameter's graph."""
+    from minimind_trl.trainer.loss_aggregation import LossScale
+
+    nonempty = LOSS_AGGREGATIONS["seq-mean-token-mean-nonempty"]
+    per_token = torch.tensor([[1.0, 3.0, 9.0], [5.0, 7.0, 7.0], [2.0, 2.0, 2.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    scale = LossScale(accumulation_steps=2.0, window_tokens=3.0, max_completion_length=3)
+    assert nonempty(per_token, mask, scale).item() == pytest.approx(((1.0 + 3.0) / 2 + 2.0) / 2 / 2)
+    everyone = LOSS_AGGREGATIONS["seq-mean-token-mean"](per_token, mask, scale)
+    assert everyone.item() == pytest.approx(((1.0 + 3.0) / 2 + 2.0) / 3 / 2)
+    empty = nonempty(per_token, torch.zeros_like(mask), scale)
+    empty.backward()
+    assert empty.item() == 0.0 and torch.equal(per_token.grad, torch.zeros_like(per_token))

@@ -154,6 +154,20 @@ def test_mask_ends_at_the_first_eos_inside_the_rollout_mask():
     ))
 
 
+def test_every_turn_of_a_tool_loop_is_kept_up_to_its_own_eos():
+    """TRL's tool loop: turn, EOS (mask 1), tool output (mask 0), next turn, EOS. Each turn is cut at its own EOS;
+    a cut at the row's first EOS would drop every turn after the first."""
+    ids = torch.tensor(
+        [
+            [7, EOS, 30, 31, 8, 9, EOS, 33, 10, EOS],  # three turns, two tool outputs
+            [7, EOS, 8, 30, 31, 9, EOS, PAD, PAD, PAD],  # a token after the first turn's EOS, then a tool output
+        ]
+    )
+    rollout = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 0, 1, 1], [1, 1, 1, 0, 0, 1, 1, 0, 0, 0]])
+    expected = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 0, 1, 1], [1, 1, 0, 0, 0, 1, 1, 0, 0, 0]])
+    assert torch.equal(upto_first_eos_mask(ids, rollout, [EOS]), expected)
+
+
 def test_the_loss_path_ignores_tokens_after_the_first_eos(tokenizer, tmp_path):
     """A rollout that keeps tokens after its EOS (an engine that does not cut there): their log-probs change
     neither the loss nor get a gradient, as upstream's mask has it."""
