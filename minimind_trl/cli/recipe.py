@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RecipeError
+from ..trainer.config_ranges import RANGES, check_ranges, range_problem
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -31,7 +32,11 @@ def make_parser():
 
     from ..trainer.grpo_config import MiniMindGRPOConfig
 
-    return TrlParser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
+    class Parser(TrlParser):
+        def error(self, message):  # argparse would print the usage of ~300 options first
+            raise RecipeError(f"{message} (minimind-trl grpo --help lists the options)")
+
+    return Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
 
 
 def packaged_recipes_dir() -> Path:
@@ -87,35 +92,19 @@ def check_recipe_keys(parser, path: str) -> str:
     return text
 
 
-# Counts that must be at least this (0 or less would divide by zero or train nothing after the models load).
-MINIMUMS = {
-    "num_generations": 1,
-    "per_device_train_batch_size": 1,
-    "gradient_accumulation_steps": 1,
-    "steps_per_generation": 1,
-    "generation_batch_size": 1,
-    "num_iterations": 1,
-    "max_completion_length": 1,
-    "num_train_epochs": 0,
-    "learning_rate": 0,
-}
-
-
 def check_override_ranges(argv: list[str]) -> None:
-    """The counts of `MINIMUMS` given on the command line (`--num_generations 0` would divide by zero while the
-    arguments are parsed); their types are argparse's to check."""
+    """Numeric command-line overrides against their range (`config_ranges.RANGES`), naming the flag as typed
+    (`--num_generations 0` would otherwise divide by zero while the arguments are parsed); their types are
+    argparse's to check."""
     for index, arg in enumerate(argv[:-1]):
         name, _, inline = arg.removeprefix("--").partition("=")
         key = name.replace("-", "_")
-        if not arg.startswith("--") or key not in MINIMUMS:
+        if not arg.startswith("--") or key not in RANGES:
             continue
         raw = inline or argv[index + 1]
-        try:
-            value = float(raw)
-        except ValueError:
-            continue
-        if not value >= MINIMUMS[key]:
-            raise RecipeError(f"--{name} {raw}: must be at least {MINIMUMS[key]}")
+        problem = range_problem(key, raw)
+        if problem is not None:
+            raise RecipeError(f"--{name} {raw}: {problem}")
 
 
 def field_types(parser) -> dict:
@@ -155,10 +144,7 @@ def value_problem(key: str, value, annotation) -> str | None:
         wrong_kind = kind is int and not isinstance(value, int)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or wrong_kind:
             return f"expected {'an integer' if kind is int else 'a number'}, got {value!r}"
-        if key in MINIMUMS and not value >= MINIMUMS[key]:
-            return f"must be at least {MINIMUMS[key]}, got {value!r}"
-        if key == "max_steps" and not (value == -1 or value >= 1):
-            return f"must be a positive number of steps (or -1: use num_train_epochs), got {value!r}"
+        return range_problem(key, value)
     return None
 
 
@@ -183,6 +169,7 @@ def parse_args(argv: list[str] | None = None):
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
         where = f" ({recipe.path})" if recipe.path else ""
         raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
+    check_ranges(model_args)  # TRL's ModelConfig (lora_r, lora_alpha, lora_dropout) checks none of its numbers
     return script_args, training_args, model_args, recipe
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from trl import ScriptArguments
 
 from ..data import ROLE_MODES
-from ..prompt_rendering import check_ratio
 from ..rewards.registry import REWARD_MODEL_TYPES, REWARDS
+from ..trainer.config_ranges import check_ranges
 
 
 @dataclass
@@ -140,13 +140,7 @@ class GRPOScriptArguments(ScriptArguments):
             raise ValueError(f"reward_model_type must be one of {REWARD_MODEL_TYPES}, got {self.reward_model_type!r}")
         if self.dataset_roles not in ROLE_MODES:
             raise ValueError(f"dataset_roles must be one of {ROLE_MODES}, got {self.dataset_roles!r}")
-        if self.thinking_ratio is not None:
-            check_ratio("thinking_ratio", self.thinking_ratio)
-        check_ratio("system_prompt_ratio", self.system_prompt_ratio)
-        if self.reward_model_clip <= 0:
-            raise ValueError(f"reward_model_clip must be positive, got {self.reward_model_clip}")
-        if self.dataset_max_samples is not None and self.dataset_max_samples < 1:
-            raise ValueError(f"dataset_max_samples must be a positive number of rows, got {self.dataset_max_samples}")
+        check_ranges(self)  # reward_model_clip, the ratios, dataset_max_samples, ... (trainer/config_ranges.py)
         if self.native_config is not None:
             self.native_config = _check_native_config(self.native_config)
 

@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from ..errors import RecipeError, RewardSpecError
 from ..generations import get_generation, render_generations_table
 from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
+from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
 from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION
 from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
@@ -297,6 +298,7 @@ class MiniMindGRPOConfig(GRPOConfig):
     save_steps: float = field(default=10, metadata={"help": "Save a checkpoint every X optimizer steps (upstream: 10)."})
 
     def __post_init__(self):
+        check_ranges(self)  # every numeric field against its declared range (config_ranges.RANGES), first
         _require_deepspeed_extra(self)
         if self.lr_scheduler_type == "cosine_with_min_lr" and self.lr_scheduler_kwargs is None:
             self.lr_scheduler_kwargs = {"min_lr_rate": 0.1}
@@ -306,16 +308,6 @@ class MiniMindGRPOConfig(GRPOConfig):
         self._choose_precision()
         super().__post_init__()
 
-        if self.temperature is None or not self.temperature > 0 or self.temperature == float("inf"):
-            raise ValueError(
-                f"temperature must be a positive number, got {self.temperature} (0 or below would sample the least "
-                "likely tokens or be taken as 1; stock `generate` refuses it too). For near-greedy sampling use a "
-                "small value such as 0.01, or top_k: 1."
-            )
-        if self.max_prompt_length is not None and self.max_prompt_length < 1:
-            raise ValueError(
-                f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."
-            )
         estimators = (TRL_ADVANTAGES, *ADVANTAGE_ESTIMATORS)
         if self.advantage_estimator not in estimators:
             raise ValueError(f"advantage_estimator must be one of {estimators}, got {self.advantage_estimator!r}.")
@@ -358,6 +350,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         problems = loss_option_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+        warn_loss_options(self)
         if self.upstream is not None:
             get_generation(self.upstream)  # a ValueError naming the known generations
         if self.dynamic_sampling:
@@ -368,8 +361,6 @@ class MiniMindGRPOConfig(GRPOConfig):
                 )
             if self.use_vllm:
                 raise RecipeError("dynamic_sampling is not supported with use_vllm: true")
-            if self.max_resample_rounds < 0:
-                raise RecipeError(f"max_resample_rounds must be 0 or more, got {self.max_resample_rounds}")
         if self.use_transformers_continuous_batching and (self.bf16 or self.fp16):
             raise ValueError(
                 "use_transformers_continuous_batching with bf16/fp16: TRL 1.16 casts the trainable fp32 policy to the "
@@ -380,7 +371,7 @@ class MiniMindGRPOConfig(GRPOConfig):
 
     def _check_sampling_and_weights(self):
         """Values the CLI, recipes and the Python API all pass through here (a recipe skips argparse's checks):
-        finite reward weights, a known sampling dtype, one meaning of `top_k`."""
+        finite reward weights, a known sampling dtype, one meaning of `top_k` (its range: `config_ranges`)."""
         weights = self.reward_weights
         if weights is not None and not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
             raise RewardSpecError(
@@ -394,10 +385,8 @@ class MiniMindGRPOConfig(GRPOConfig):
                 f"sampling_weights_dtype must be one of {', '.join(SAMPLING_WEIGHTS_DTYPES)} or None (the policy's "
                 f"dtype), got {self.sampling_weights_dtype!r}"
             )
-        if self.top_k is not None and self.top_k == -1:
+        if self.top_k == -1:
             self.top_k = 0  # vLLM's "disabled"; stock `generate` refuses -1 and the lean sampler would read it as 0
-        if self.top_k is not None and self.top_k < 0:
-            raise RecipeError(f"top_k must be 0 (or -1: disabled) or a positive number of tokens, got {self.top_k}")
 
     def _choose_precision(self) -> None:
         """`bf16` unset: chosen for this machine (`cpu_precision.choose_bf16`), before `TrainingArguments` turns it

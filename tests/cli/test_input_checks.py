@@ -65,7 +65,7 @@ def test_wrong_kinds_of_values_name_file_and_line(tiny, tmp_path, capsys, line, 
     "key, value, fragment",
     [
         ("max_steps", 2.5, "max_steps: expected an integer, got 2.5"),
-        ("num_generations", 0, "num_generations: must be at least 1, got 0"),
+        ("num_generations", 0, "num_generations: must be at least 2"),
         ("num_generations", 4.0, "num_generations: expected an integer, got 4.0"),
         ("reward_funcs", "format", "reward_funcs: expected a list (e.g. [format]), got 'format'"),
     ],
@@ -169,8 +169,10 @@ def test_a_stray_latin1_byte_names_the_line_and_can_be_skipped(tmp_path):
     assert len(load_rlaif_dataset(path, skip_bad_rows=True)) == 2
 
 
-@pytest.mark.parametrize("flag", ["--num_generations", "--num-generations", "--per_device_train_batch_size"])
-def test_a_zero_count_on_the_command_line_is_a_user_error(tiny, tmp_path, capsys, flag):
+@pytest.mark.parametrize(
+    "flag, least", [("--num_generations", 2), ("--num-generations", 2), ("--per_device_train_batch_size", 1)]
+)
+def test_a_zero_count_on_the_command_line_is_a_user_error(tiny, tmp_path, capsys, flag, least):
     assert cli(["grpo", "--config", str(tiny_recipe(tmp_path, *tiny)), flag, "0"]) == 2
     err = capsys.readouterr().err
-    assert f"{flag} 0: must be at least 1" in err and "Traceback" not in err
+    assert f"{flag} 0: must be at least {least}" in err and "Traceback" not in err

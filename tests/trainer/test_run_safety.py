@@ -92,7 +92,7 @@ def test_non_positive_temperature_is_refused(temperature):
 
 def test_non_positive_temperature_is_a_recipe_error(tiny, tmp_path):
     recipe = tiny_recipe(tmp_path, *tiny, temperature=-1)
-    with pytest.raises(RecipeError, match="temperature must be a positive number"):
+    with pytest.raises(RecipeError, match=r"recipe.yaml:\d+: temperature: must be a positive number"):
         main(["--config", str(recipe)])
 
 
