@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from .errors import MiniMindTRLError
+from .path_identity import check_output_apart  # noqa: F401  (re-exported: every command's output check)
 
 # dtype names users write (recipes, CLI flags, config.json) -> torch dtypes
 DTYPE_NAMES = {
@@ -107,34 +108,6 @@ MODEL_FOLDER_FILES = re.compile(
     r"special_tokens_map\.json|added_tokens\.json|vocab\.json|merges\.txt|chat_template\.(jinja|json)|"
     r"minimind_source\.json)$"
 )
-
-
-def _relation(output: Path, source: Path) -> str | None:
-    if output == source:
-        return "is"
-    if output in source.parents:
-        return "contains"
-    if source in output.parents:
-        return "lies inside"
-    return None
-
-
-def check_output_apart(
-    output: str | Path, inputs, error: type[Exception] = MiniMindTRLError, flag: str = "output"
-) -> None:
-    """Refuse an output that is one of `inputs`, holds one or lies inside one, after resolving symlinks and
-    relative paths (`cd D; export model . --force`): writing it, above all replacing it with `--force`, would
-    overwrite or delete the input. Inputs that are not local paths (Hub ids) are skipped."""
-    resolved = Path(os.path.realpath(os.path.expanduser(str(output))))
-    for source in inputs:
-        if source is None or not os.path.exists(os.path.expanduser(str(source))):
-            continue
-        relation = _relation(resolved, Path(os.path.realpath(os.path.expanduser(str(source)))))
-        if relation is not None:
-            raise error(
-                f"{flag} {output} {relation} the input {source} ({resolved}): writing there would overwrite or "
-                "delete the input; choose an output that neither is, holds, nor lies inside the input"
-            )
 
 
 def foreign_entries(folder: Path) -> list[str]:

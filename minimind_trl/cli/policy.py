@@ -16,9 +16,9 @@ from ..conversion.native_config import assumed_settings, native_sidecar_path, re
 from ..errors import ModelSourceError
 from ..loading_utils import looks_local
 from ..models.minimind.tokenization_minimind import portable_tokenizer
+from ..trainer.output_dir import CONVERTED_DIR
 
 NATIVE_SUFFIXES = (".pth", ".pt")
-CONVERTED_DIR = "_base_model"
 SOURCE_MARKER = "minimind_source.json"
 # MiniMind's linear layers (attention and MLP, dense and MoE experts); the LM head is tied to the embeddings.
 MINIMIND_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

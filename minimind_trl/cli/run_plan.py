@@ -19,14 +19,9 @@ from ..prompt_rendering import PromptRendering, check_rendering_settings
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
 from ..trainer.run_identity import normal_path, path_fingerprint
-from ..trainer.run_safety import (
-    check_enough_prompts,
-    check_output_dir,
-    check_output_dir_free,
-    check_resume_checkpoint,
-    check_writable,
-)
-from .policy import check_model_source
+from ..trainer.output_dir import check_output_dir, run_inputs
+from ..trainer.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
+from .policy import check_model_source, is_native_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +174,15 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     if training_args.should_save:
         check_writable(training_args.output_dir)
         check_output_dir_free(training_args.output_dir)
-    policy = model_args.model_name_or_path
-    check_output_dir(training_args.output_dir, resume is not None, training_args.overwrite_output_dir, policy)
     identity = recipe_run_identity(script_args, model_args)
+    check_output_dir(
+        training_args.output_dir,
+        resume is not None,
+        training_args.overwrite_output_dir,
+        run_inputs(identity),
+        save_native_pth=training_args.save_native_pth,
+        converts_native=is_native_checkpoint(model_args.model_name_or_path),
+    )
     if resume is not None:
         check_resume_checkpoint(resume, training_args, identity)  # first: names a damaged minimind_run.json
         check_resume_geometry(resume, training_args)

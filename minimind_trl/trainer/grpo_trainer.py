@@ -41,7 +41,8 @@ from .checkpointing import (
     write_native_weights,
 )
 from .reward_checks import check_trainer_arguments, check_weighted_rewards, checked_reward_funcs
-from .run_identity import model_source, trainer_run_identity
+from .run_identity import trainer_run_identity
+from .output_dir import reward_model_sources, run_inputs
 from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
 from . import cpu_precision
@@ -124,11 +125,12 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         self._past_eos_attended = False
         self._sampler = self._fast_sampler(args)
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
-        self._policy_source = model_source(model)
         known = trainer_run_identity(
             model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset
         )
         self.run_identity = {**known, **(run_identity or {})}
+        tokenizer = getattr(self.processing_class, "name_or_path", None)
+        self._run_inputs = run_inputs(self.run_identity, tokenizer, reward_model_sources(reward_funcs))
 
     # --- prompts and generation ------------------------------------------------------------------------
 
@@ -441,9 +443,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training, holding the output folder; refuses another run's folder, an output over the starting
         policy, or a resume that is inexact or changes the run (see `run_safety.guarded_run`)."""
-        guard = guarded_run(
-            self.args, resume_from_checkpoint, self.train_dataset, self._policy_source, self.run_identity
-        )
+        guard = guarded_run(self.args, resume_from_checkpoint, self.train_dataset, self._run_inputs, self.run_identity)
         with guard as skipped:
             self._skipped_resume_state = frozenset(skipped)
             try:

@@ -3,8 +3,8 @@
 * `output_dir_lock`: an exclusive `flock` on `<output_dir>/_minimind_run.lock` for the whole run, taken by the
   process that saves (the others share its folder). The OS drops it when the process dies, so a crashed run never
   blocks the next one; the file records pid, host and start time for the message a second run gets.
-* `check_output_dir`: a new run refuses a folder that holds another run's `checkpoint-N` folders unless it
-  resumes or was told `overwrite_output_dir` (then `clear_old_checkpoints` removes them when the run starts).
+* `output_dir.check_output_dir` (its own module): what the run writes into its folder must not overwrite an input
+  or another run's work; `overwrite_output_dir` has `clear_old_checkpoints` remove old checkpoints at the start.
 * `check_resume_checkpoint`: the checkpoint must hold what an exact resume reads (weights, optimizer, scheduler,
   the RNG state of every process, DeepSpeed's state) in readable form, and must have been written with this
   run's settings (`recipe_settings`, recorded in `minimind_run.json`); `accept_inexact_resume` lets a
@@ -25,6 +25,14 @@ from contextlib import contextmanager
 
 from ..errors import MiniMindTRLError, OutputDirError, ResumeError
 from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint
+from .output_dir import (  # the output folder's rules, re-exported for older imports
+    LOCK_NAME,
+    WEIGHT_FILES,
+    check_inputs_apart,
+    check_output_dir,
+    clear_old_checkpoints,
+    run_inputs,
+)
 from .run_identity import changed_keys
 
 try:
@@ -34,16 +42,6 @@ except ImportError:  # Windows: no advisory locks; runs are not protected from e
 
 logger = logging.getLogger(__name__)
 
-LOCK_NAME = "_minimind_run.lock"  # `_` prefix: left out of the Trainer's Hub uploads, like `_staging`
-CHECKPOINT_DIR = re.compile(r"^checkpoint-\d+$")
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "adapter_model.safetensors",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-    "adapter_model.bin",
-)
 # Settings a resume may change: where things go and how they are reported, how long to train, and the batch
 # geometry (checked on its own, with its own message, by `check_resume_geometry`).
 RESUMABLE_SETTINGS = re.compile(
@@ -148,66 +146,7 @@ def os_error_line(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}"
 
 
-# --------------------------------------------------------------------------- another run's checkpoints
-
-
-def old_checkpoints(output_dir: str) -> list[str]:
-    if not os.path.isdir(output_dir):
-        return []
-    names = [name for name in os.listdir(output_dir) if CHECKPOINT_DIR.match(name)]
-    return sorted(names, key=lambda name: int(name.split("-")[1]))
-
-
-def finished_model(output_dir: str) -> list[str]:
-    """The files of a saved model at the top of `output_dir` (`config.json` and weights), or []."""
-    if not os.path.isfile(os.path.join(output_dir, "config.json")):
-        return []
-    weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(output_dir, name))]
-    return ["config.json", *weights] if weights else []
-
-
-def check_policy_not_output(policy: str | None, output_dir: str) -> None:
-    """The starting policy must survive the run: not the output folder itself (the final save replaces its
-    weights), nor inside a `checkpoint-N` or `_staging` folder of it (rotated or cleared by the run)."""
-    if not policy or not os.path.exists(os.path.expanduser(policy)):
-        return
-    out = os.path.realpath(output_dir)
-    source = os.path.realpath(os.path.expanduser(policy))
-    inside = os.path.relpath(source, out).split(os.sep)[0] if source.startswith(out + os.sep) else None
-    if source == out or (inside is not None and (CHECKPOINT_DIR.match(inside) or inside == STAGING_DIR)):
-        where = "is" if source == out else "lies inside a checkpoint folder of"
-        raise OutputDirError(
-            f"model_name_or_path {policy} {where} output_dir {output_dir}: the run would overwrite or delete the "
-            "model it starts from (and its KL reference), even with overwrite_output_dir. Pick another output_dir."
-        )
-
-
-def check_output_dir(output_dir: str, resuming: bool, overwrite: bool, policy: str | None = None) -> None:
-    """A new run must not mix its checkpoints with another run's (a later `resume last` would continue that one),
-    replace a finished model without being told to, or write over the policy it starts from."""
-    check_policy_not_output(policy, output_dir)
-    found = old_checkpoints(output_dir)
-    if found and not resuming and not overwrite:
-        raise OutputDirError(
-            f"output_dir {output_dir} holds another run's checkpoints ({', '.join(found)}); a new run would replace "
-            "some of them and keep the others. Continue that run with --resume_from_checkpoint last, start over "
-            "with --overwrite_output_dir true (deletes them), or pick another output_dir."
-        )
-    model_files = finished_model(output_dir)
-    if model_files and not resuming and not overwrite:
-        raise OutputDirError(
-            f"output_dir {output_dir} holds a finished model ({', '.join(model_files)}); a new run would replace it. "
-            "Start over with --overwrite_output_dir true (replaces it), or pick another output_dir."
-        )
-
-
-def clear_old_checkpoints(output_dir: str) -> None:
-    """`overwrite_output_dir`: remove the earlier run's checkpoints (and any staging it left) before this one."""
-    for name in old_checkpoints(output_dir) + [STAGING_DIR]:
-        path = os.path.join(output_dir, name)
-        if os.path.isdir(path):
-            logger.warning("overwrite_output_dir: removing %s", path)
-            shutil.rmtree(path)
+# --------------------------------------------------------------------------- the data
 
 
 def check_enough_prompts(dataset, training_args, source: str | None = None, error=MiniMindTRLError) -> None:
@@ -424,20 +363,22 @@ def save_staged(trainer, final: str, save) -> None:
 
 
 @contextmanager
-def guarded_run(args, resume_from_checkpoint, train_dataset=None, policy=None, run_identity=None):
+def guarded_run(args, resume_from_checkpoint, train_dataset=None, inputs=(), run_identity=None):
     """Around `Trainer.train`: refuse a dataset too small for one step, hold the output folder (saving process),
-    refuse what would mix or inexactly continue runs or write over the starting `policy`, and clear the old
-    checkpoints `overwrite_output_dir` asked to replace. Yields the checkpoint's state files an accepted inexact
-    resume must not load."""
+    refuse what would mix or inexactly continue runs or write over an input (`inputs`: `path_identity.Input`s, the
+    policy, tokenizer, reward models and data), and clear the old checkpoints `overwrite_output_dir` asked to
+    replace. Yields the checkpoint's state files an accepted inexact resume must not load."""
     if train_dataset is not None and hasattr(train_dataset, "__len__"):
         check_enough_prompts(train_dataset, args)
     resume = None
     if resume_from_checkpoint not in (None, False):
         resume = resolve_resume_checkpoint(str(resume_from_checkpoint), args.output_dir)
     skipped = []
+    native = getattr(args, "save_native_pth", False)
+    check_inputs_apart(args.output_dir, inputs, native)  # before the lock file is created there
     with output_dir_lock(args.output_dir, enabled=args.should_save):
         overwrite = getattr(args, "overwrite_output_dir", False)
-        check_output_dir(args.output_dir, resume is not None, overwrite, policy)
+        check_output_dir(args.output_dir, resume is not None, overwrite, inputs, save_native_pth=native)
         if resume is not None:
             skipped = check_resume_checkpoint(resume, args, run_identity)
         elif args.should_save and overwrite:
@@ -451,16 +392,14 @@ __all__ = [
     "check_output_dir",
     "check_output_dir_free",
     "check_resume_checkpoint",
-    "check_policy_not_output",
     "check_same_run",
     "check_writable",
     "clear_old_checkpoints",
-    "finished_model",
     "guarded_run",
-    "old_checkpoints",
     "os_error_line",
     "output_dir_lock",
     "read_run_info",
     "recipe_settings",
+    "run_inputs",
     "save_staged",
 ]

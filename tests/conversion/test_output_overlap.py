@@ -61,13 +61,25 @@ def test_export_into_the_run_folder_holding_the_model_is_refused(policy, tmp_pat
     assert snapshot(run) == before
 
 
-def test_native_export_inside_the_model_folder_is_refused(policy, tmp_path, capsys):
+def test_an_export_over_a_file_of_the_model_folder_is_refused(policy, tmp_path, capsys):
     model = copy_policy(policy, tmp_path / "X")
     before = snapshot(model)
     argv = ["export", str(model), str(model / "model.safetensors"), "--format", "native", "--force"]
-    refused(capsys, argv, "lies inside the input")
-    refused(capsys, ["export", str(model), str(model / "m.gguf"), "--format", "gguf", "--force"], "lies inside")
+    refused(capsys, argv, "is a file of the input")
+    argv = ["export", str(model), str(model / "config.json"), "--format", "gguf", "--force"]
+    refused(capsys, argv, "is a file of the input")
     assert snapshot(model) == before
+
+
+@pytest.mark.parametrize("fmt, name", [("llama", "llama"), ("gguf", "model.gguf"), ("native", "m.pth")])
+def test_a_new_output_inside_the_model_folder_is_allowed(policy, tmp_path, fmt, name):
+    """Refuse only what would overwrite or delete: a new entry beside the model's files replaces none of them."""
+    pytest.importorskip("gguf") if fmt == "gguf" else None
+    model = copy_policy(policy, tmp_path / "X")
+    before = snapshot(model)
+    assert cli(["export", str(model), str(model / name), "--format", fmt]) == 0
+    assert (model / name).exists()
+    assert {key: value for key, value in snapshot(model).items() if key in before} == before
 
 
 def test_an_output_reached_through_a_symlink_is_refused(policy, tmp_path, capsys):

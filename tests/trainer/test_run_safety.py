@@ -181,7 +181,7 @@ def test_the_starting_policy_is_never_the_output_even_with_overwrite(tiny, tmp_p
     before = {p.name: p.read_bytes() for p in policy.iterdir()}
     for overwrite in ("false", "true"):
         argv = ["--config", str(tiny_recipe(tmp_path, *tiny)), "--output_dir", str(policy)]
-        with pytest.raises(OutputDirError, match=f"model_name_or_path {policy} is output_dir"):
+        with pytest.raises(OutputDirError, match=f"output_dir {policy} is the input model_name_or_path {policy}"):
             main(argv + ["--overwrite_output_dir", overwrite])
     assert {p.name: p.read_bytes() for p in policy.iterdir()} == before
 
@@ -191,7 +191,8 @@ def test_a_policy_inside_a_checkpoint_of_the_output_dir_is_refused(checkpointed,
     no_model_loading(monkeypatch)
     argv = ["--config", str(recipe), "--model_name_or_path", str(out / "checkpoint-1")]
     argv += ["--overwrite_output_dir", "true"]
-    with pytest.raises(OutputDirError, match="lies inside a checkpoint folder of output_dir"):
+    refusal = f"output_dir {out} contains the input model_name_or_path {out}/checkpoint-1"
+    with pytest.raises(OutputDirError, match=refusal):
         main(argv)  # overwrite_output_dir would delete checkpoint-1, the model the run starts from
     assert (out / "checkpoint-1" / "model.safetensors").is_file()
 
@@ -203,7 +204,7 @@ def test_a_finished_model_in_the_output_dir_needs_overwrite(checkpointed, tmp_pa
     no_model_loading(monkeypatch)
     with pytest.raises(OutputDirError, match=r"holds a finished model \(config.json, model.safetensors\)"):
         main(["--config", str(recipe)])
-    from minimind_trl.trainer.run_safety import check_output_dir
+    from minimind_trl.trainer.output_dir import check_output_dir
 
     check_output_dir(str(out), resuming=False, overwrite=True)  # told to replace it: allowed
     check_output_dir(str(out), resuming=True, overwrite=False)  # continuing the run that wrote it: allowed
