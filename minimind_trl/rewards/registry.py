@@ -96,12 +96,6 @@ def reward_model_kind(config: dict, name_or_path: str, requested: str = "auto") 
         kind = "internlm2"
     elif any(arch.endswith("ForSequenceClassification") for arch in architectures):
         kind = "sequence_classification"
-        num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 1)
-        if num_labels != 1:
-            raise RewardSpecError(
-                f"reward_model_name_or_path: {name_or_path} is a classifier with {num_labels} labels; a reward model "
-                "has a single scalar output (num_labels=1)"
-            )
     else:
         raise RewardSpecError(
             f"reward_model_name_or_path: {name_or_path} is not a reward model: its config.json declares "
@@ -111,6 +105,14 @@ def reward_model_kind(config: dict, name_or_path: str, requested: str = "auto") 
     if requested not in ("auto", kind):
         raise RewardSpecError(
             f"reward_model_type={requested!r} but {name_or_path} is a {kind.replace('_', ' ')} model ({architectures})"
+        )
+    # transformers builds 2 labels when config.json sets neither (e.g. a policy folder relabelled as a classifier)
+    num_labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+    if kind == "sequence_classification" and num_labels != 1:
+        unset = "" if config.get("id2label") or "num_labels" in config else " (transformers' default: no labels set)"
+        raise RewardSpecError(
+            f"reward_model_name_or_path: {name_or_path} is a classifier with {num_labels} labels{unset}; a reward "
+            "model has a single scalar output (num_labels=1)"
         )
     return kind
 
@@ -297,6 +299,12 @@ def check_reward_specs(script_args, training_args) -> None:
     for name in names:
         if name in REWARDS and REWARDS[name].check is not None:
             REWARDS[name].check(script_args, training_args)
+    if getattr(script_args, "reasoning", True) is False and "reward_model" not in names:
+        raise RewardSpecError(
+            f"reasoning: false has no effect here: it only switches off the answer blend of MiniMind2's "
+            f"'reward_model' reward, which reward_funcs {names} does not list (rule rewards are chosen by listing "
+            "them; MiniMind-3's answer_reward_model never blends). Remove it"
+        )
     path = script_args.reward_model_name_or_path
     if path and not model_rewards:
         raise RewardSpecError(

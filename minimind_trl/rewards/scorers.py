@@ -13,16 +13,62 @@ scores (up to float rounding of differently shaped matmuls).
   remote-code `get_score(tokenizer, messages)` is scored one conversation at a time through it.
 * `SequenceClassifierScorer`: any `AutoModelForSequenceClassification` reward model with `num_labels=1`,
   scored the way TRL scores such models (chat template, no extra specials, right padding, `logits[:, 0]`).
+
+Both keep a conversation within the reward model's positions (`max_length`, by default its config's
+`max_position_embeddings`): a longer one is cut from the left to its last `max_length` tokens, the way upstream cuts
+the policy's prompts (`input_ids[:, -max_seq_len:]`), so the oldest prompt text goes first and the completion and
+the reward token stay; a warning says so once per scorer. Upstream hands its reward model the whole text: one
+outlier row (a 100 KB prompt) asked for tens of GB at step 1, and a conversation past the model's positions was
+scored where the model was never trained.
 """
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from ..errors import RewardSpecError
 from ..models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer, reward_token_ids
 from .rule_rewards import Conversation
+
+
+logger = logging.getLogger(__name__)
+
+
+def model_positions(model: Any) -> int | None:
+    """The positions a reward model was built for (`config.max_position_embeddings`), or None if it says none."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and positions > 0 else None
+
+
+class LeftTruncation:
+    """Cuts token sequences to their last `max_length` ids (None: no limit) and warns the first time it cuts."""
+
+    def __init__(self, max_length: int | None, owner: str):
+        if max_length is not None and max_length < 2:
+            raise ValueError(f"max_length must be at least 2 tokens (or None), got {max_length}")
+        self.max_length = max_length
+        self.owner = owner
+        self.warned = False
+
+    def __call__(self, sequences: list[list[int]]) -> list[list[int]]:
+        limit = self.max_length
+        longest = max((len(ids) for ids in sequences), default=0)
+        if limit is None or longest <= limit:
+            return sequences
+        if not self.warned:
+            cut = sum(len(ids) > limit for ids in sequences)
+            logger.warning(
+                "%s: %d of %d reward-model inputs are longer than the reward model's %d positions (the longest has "
+                "%d tokens); each is cut from the left to its last %d tokens (the oldest prompt text goes, the "
+                "completion and the reward token stay), as upstream cuts the policy's prompts. Said once; later "
+                "cuts are silent.",
+                self.owner, cut, len(sequences), limit, longest, limit,
+            )  # fmt: skip
+            self.warned = True
+        return [ids[-limit:] for ids in sequences]
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -70,6 +116,8 @@ class InternLM2Scorer:
         padding_side: `"right"` (default) or `"left"`; positions are computed from the attention mask either
             way, so the side does not change a score.
         reward_token_id: overrides `model.config.reward_token_id`.
+        max_length: the most tokens one conversation keeps (cut from the left, see the module doc); default the
+            model's `max_position_embeddings`, None when it records none.
     """
 
     def __init__(
@@ -80,6 +128,7 @@ class InternLM2Scorer:
         batch_size: int = 8,
         padding_side: str = "right",
         reward_token_id: int | None = None,
+        max_length: int | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -98,6 +147,7 @@ class InternLM2Scorer:
         self.batch_size = batch_size
         self.padding_side = padding_side
         self.reward_token_id = reward_token_id
+        self.truncation = LeftTruncation(max_length or model_positions(model), "InternLM2Scorer")
 
     @classmethod
     def from_pretrained(
@@ -125,7 +175,7 @@ class InternLM2Scorer:
             return []
         if not self.batched:
             return [float(self.model.get_score(self.tokenizer, list(conversation))) for conversation in conversations]
-        sequences = [self.token_ids(conversation) for conversation in conversations]
+        sequences = self.truncation([self.token_ids(conversation) for conversation in conversations])
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.reward_token_id
         device = _model_device(self.model)
 
@@ -148,10 +198,11 @@ class SequenceClassifierScorer:
 
     The conversation is rendered with the tokenizer's chat template and tokenized without extra specials;
     batches are right-padded and the score is `logits[:, 0]`, which the model reads at the last non-pad token
-    (`config.pad_token_id` must be set), as TRL does for reward models passed as modules.
+    (`config.pad_token_id` must be set), as TRL does for reward models passed as modules. `max_length` as for
+    `InternLM2Scorer`.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 8):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 8, max_length: int | None = None):
         num_labels = getattr(model.config, "num_labels", None)
         if num_labels != 1:
             raise ValueError(f"a reward model must have num_labels=1, {type(model).__name__} has {num_labels}")
@@ -167,6 +218,7 @@ class SequenceClassifierScorer:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.truncation = LeftTruncation(max_length or model_positions(model), "SequenceClassifierScorer")
 
     @classmethod
     def from_pretrained(
@@ -187,7 +239,16 @@ class SequenceClassifierScorer:
         device = torch.device(device or "cpu")
         if dtype is None:
             dtype = torch.float32 if device.type == "cpu" else "auto"
-        model = AutoModelForSequenceClassification.from_pretrained(path_or_repo, dtype=dtype, revision=revision)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path_or_repo, dtype=dtype, revision=revision, output_loading_info=True
+        )
+        missing = sorted(map(str, info.get("missing_keys") or []))
+        if missing:  # transformers would initialise them at random: every score a random projection
+            raise RewardSpecError(
+                f"reward model {path_or_repo}: its weights have no {', '.join(missing[:4])} (initialised at random on "
+                "load), so it is not a trained reward model (a policy folder whose config.json claims a "
+                "sequence-classification architecture?)"
+            )
         tokenizer = AutoTokenizer.from_pretrained(path_or_repo, revision=revision)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -199,10 +260,10 @@ class SequenceClassifierScorer:
     def score(self, conversations: list[Conversation]) -> list[float]:
         if not conversations:
             return []
-        sequences = [
+        sequences = self.truncation([
             list(self.tokenizer(_render(self.tokenizer, conversation), add_special_tokens=False)["input_ids"])
             for conversation in conversations
-        ]
+        ])
         device = _model_device(self.model)
 
         def run(indices: list[int]) -> list[float]:
@@ -215,4 +276,4 @@ class SequenceClassifierScorer:
         return _in_length_batches(sequences, self.batch_size, run)
 
 
-__all__ = ["InternLM2Scorer", "SequenceClassifierScorer"]
+__all__ = ["InternLM2Scorer", "LeftTruncation", "SequenceClassifierScorer", "model_positions"]

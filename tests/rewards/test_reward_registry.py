@@ -83,6 +83,31 @@ def test_reward_model_kind_rejects_what_is_not_a_reward_model():
         reward_model_kind({"architectures": ["LlamaForSequenceClassification"]}, "rm", requested="internlm2")
 
 
+@pytest.mark.parametrize("labels, fragment", [
+    ({}, "is a classifier with 2 labels (transformers' default: no labels set)"),
+    ({"num_labels": 1}, "its weights have no score.weight (initialised at random on load)"),
+])  # fmt: skip
+def test_a_policy_folder_claiming_a_classifier_is_not_a_reward_model(tiny, tmp_path, capsys, labels, fragment):
+    """A policy's config.json edited to say `MiniMindForSequenceClassification`: a `num_labels` traceback after the
+    models loaded, or (with `num_labels: 1`) a score head initialised at random, scoring noise."""
+    import shutil
+
+    from minimind_trl.cli import main as cli
+
+    relabelled = tmp_path / "relabelled"
+    shutil.copytree(tiny.policy, relabelled)
+    config = json.loads((relabelled / "config.json").read_text())
+    config.update(architectures=["MiniMindForSequenceClassification"], **labels)
+    (relabelled / "config.json").write_text(json.dumps(config))
+    recipe = tiny_recipe(tmp_path, tiny.policy, tiny.data, reward_funcs=["format", "reward_model"],
+                         reward_model_name_or_path=str(relabelled))  # fmt: skip
+    assert cli(["grpo", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and fragment in errors[0] and str(relabelled) in errors[0], err
+    assert "Traceback" not in err
+
+
 def test_reward_model_folder_without_config(tmp_path):
     with pytest.raises(RewardSpecError, match="has no config.json"):
         check_reward_specs(*specs(["reward_model"], str(tmp_path)))
@@ -164,3 +189,21 @@ def test_a_network_error_also_names_the_missing_local_folder(tmp_path, monkeypat
     assert f"models/rm is not a local folder (nothing at {tmp_path / 'models' / 'rm'})" in message
     assert "not reachable as a Hub id either (the Hub cannot be reached: [Errno -2] Name or service" in message
     assert "check your connection" not in message
+
+
+def test_reasoning_false_without_minimind2s_reward_model_is_refused(tiny, tmp_path, capsys):
+    """`reasoning: false` in a MiniMind-3 recipe was accepted with no effect: it only switches MiniMind2's blend."""
+    from minimind_trl.cli import main as cli
+
+    recipe = tiny_recipe(tmp_path, tiny.policy, tiny.data, reward_funcs=["length", "answer_reward_model"],
+                         reward_model_name_or_path=str(tiny.classifier), reasoning=False)  # fmt: skip
+    assert cli(["grpo", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "reasoning: false has no effect here" in err and len(err.strip().splitlines()) == 1, err
+    chat = tiny_recipe(tmp_path, tiny.policy, tiny.data, reward_funcs=["reward_model"],
+                       reward_model_name_or_path=str(tiny.classifier), reasoning=False)  # fmt: skip
+    from minimind_trl.cli.recipe import parse_args
+    from minimind_trl.rewards.registry import check_reward_specs
+
+    script_args, training_args, _, _ = parse_args(["--config", str(chat)])
+    check_reward_specs(script_args, training_args)  # MiniMind2's chat recipe: reasoning 0 with reward_model

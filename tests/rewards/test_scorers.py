@@ -206,3 +206,49 @@ def test_sequence_classifier_from_pretrained(tmp_path, classifier):
     assert not loaded.model.training and loaded.model.dtype == torch.float32
     expected = SequenceClassifierScorer(model, tokenizer).score(CONVERSATIONS)
     torch.testing.assert_close(loaded.score(CONVERSATIONS), expected, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- inputs past the model's positions
+
+
+LONG_PROMPT = "The history of the world, told at length. " * 1200  # ~50 KB of text
+
+
+def test_an_outlier_prompt_is_cut_to_the_reward_models_positions_and_warned_once(reward_model, reward_tokenizer,
+                                                                                  caplog):  # fmt: skip
+    """Each generation's reward term keeps its completion: MiniMind2's whole conversation and MiniMind-3's folded
+    question lose their oldest text, as upstream cuts the policy's prompt, and are scored within 512 positions."""
+    from minimind_trl.rewards.minimind3_rewards import AnswerRewardModelReward
+
+    scorer = InternLM2Scorer(reward_model, reward_tokenizer)
+    limit = reward_model.config.max_position_embeddings
+    long_chat = [{"role": "user", "content": LONG_PROMPT}, {"role": "assistant", "content": "Paris."}]
+    full = scorer.token_ids(long_chat)
+    assert len(full) > 8 * limit
+    with caplog.at_level("WARNING", logger="minimind_trl.rewards.scorers"):
+        got = scorer.score([long_chat, CONVERSATIONS[0]])
+        prompts = [[{"role": "user", "content": LONG_PROMPT}]] * 2
+        completions = [[{"role": "assistant", "content": "<think>\nhm\n</think>\n<answer>\nParis\n</answer>"}]] * 2
+        seed_term = RewardModelReward(scorer, tokenizer=build_minimind_tokenizer(), clip=100.0)(prompts, completions)
+        minimind3_term = AnswerRewardModelReward(scorer, tokenizer=build_minimind_tokenizer(), clip=100.0)(
+            prompts, completions
+        )
+    assert direct_scores(reward_model, [full[-limit:]])[0] == pytest.approx(got[0], abs=1e-5)
+    assert full[-limit:][-1] == TINY_REWARD_TOKEN_ID  # the reward token is read where the model was trained
+    assert got[1] == pytest.approx(scorer.score([CONVERSATIONS[0]])[0], abs=1e-6)  # short rows untouched
+    assert all(math.isfinite(value) for value in seed_term + minimind3_term)
+    warnings = [record.message for record in caplog.records if "positions" in record.message]
+    assert len(warnings) == 1 and f"reward model's {limit} positions" in warnings[0], warnings
+
+
+def test_a_sequence_classifier_keeps_the_last_tokens_of_a_long_conversation(classifier, caplog):
+    model, tokenizer = classifier
+    long_chat = [{"role": "user", "content": LONG_PROMPT[:6000]}, {"role": "assistant", "content": "Paris."}]
+    ids = tokenizer(tokenizer.apply_chat_template(long_chat, tokenize=False), add_special_tokens=False)["input_ids"]
+    assert len(ids) > model.config.max_position_embeddings
+    with caplog.at_level("WARNING", logger="minimind_trl.rewards.scorers"):
+        got = SequenceClassifierScorer(model, tokenizer, max_length=64).score([long_chat])
+    with torch.no_grad():
+        expected = model(input_ids=torch.tensor([ids[-64:]])).logits[0, 0]
+    assert got[0] == pytest.approx(float(expected), abs=1e-5)
+    assert any("last 64 tokens" in record.message for record in caplog.records)
