@@ -136,7 +136,12 @@ def _load_with_datasets(path: Path, source: str, split: str, data_files, revisio
             return datasets.load_from_disk(str(path)), source
         if path.is_dir() and (path / "dataset_dict.json").is_file():
             return datasets.load_from_disk(str(path))[split], f"{source} [{split}]"
-        dataset = datasets.load_dataset(source, data_files=data_files, split=split, revision=revision)
+        # A local folder is read afresh: `datasets` keys its cache on the files' paths and mtimes, so a file edited
+        # with its mtime restored (a copy, a checkout) would give the old rows, and the data fingerprint with them.
+        fresh = datasets.DownloadMode.FORCE_REDOWNLOAD if path.is_dir() else None
+        dataset = datasets.load_dataset(
+            source, data_files=data_files, split=split, revision=revision, download_mode=fresh
+        )
     except Exception as error:  # noqa: BLE001 - datasets raises many unrelated types (ConnectionError, ...)
         raise RLAIFDataError(f"{source}: cannot load the dataset ({type(error).__name__}: {error})") from error
     return dataset, f"{source} [{split}]"

@@ -16,10 +16,11 @@ every process agrees, and the two choices are independent of each other. `with_r
 `MiniMindGRPOTrainer` sets at the start of every epoch (`PromptRenderer.set_epoch`).
 """
 
+import hashlib
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import datasets
@@ -202,7 +203,22 @@ def with_rendered_prompts(
             "and system_prompt_ratio with a tokenizer that adds none (MiniMind's)"
         )
     indexed = dataset.add_column(ROW_COLUMN, list(range(len(dataset))))
-    return indexed.with_transform(PromptRenderer(tokenizer, rendering, kwargs))
+    rendered = indexed.with_transform(PromptRenderer(tokenizer, rendering, kwargs))
+    # `datasets` would hash the renderer object, tokenizer included, and so the spelling of the path it was loaded
+    # from (a trailing slash, a symlink): a resume would be refused as a change of data. What renders a row is this.
+    rendered._fingerprint = _digest([indexed._fingerprint, asdict(rendering), tokenizer_digest(tokenizer), kwargs])
+    return rendered
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """A hash of what renders and tokenizes a prompt (vocabulary, special tokens, chat template), not of where the
+    tokenizer was loaded from."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor's text tokenizer
+    return _digest([sorted(tokenizer.get_vocab().items()), tokenizer.all_special_tokens, _template_text(tokenizer)])
 
 
 def prompt_renderer(dataset: Any) -> PromptRenderer | None:
@@ -212,6 +228,14 @@ def prompt_renderer(dataset: Any) -> PromptRenderer | None:
         return None
     transform = (format_.get("format_kwargs") or {}).get("transform")
     return transform if isinstance(transform, PromptRenderer) else None
+
+
+def check_rendered_dataset(dataset: Any, training_args) -> None:
+    """`check_rendering_settings` for a dataset a Python user rendered with `with_rendered_prompts` (the CLI checks
+    its recipe before loading anything)."""
+    renderer = prompt_renderer(dataset)
+    if renderer is not None:
+        check_rendering_settings(renderer.rendering, training_args)
 
 
 def check_rendering_settings(rendering: PromptRendering, training_args) -> None:
@@ -239,6 +263,7 @@ __all__ = [
     "PromptRenderer",
     "PromptRendering",
     "check_ratio",
+    "check_rendered_dataset",
     "check_rendering_settings",
     "choose_open_thinking",
     "choose_system_prompt",

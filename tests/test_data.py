@@ -161,3 +161,21 @@ def test_a_source_datasets_cannot_load_is_a_data_error_naming_it(tmp_path, monke
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     with pytest.raises(RLAIFDataError, match=rf"^{name}: cannot load the dataset \("):
         load_rlaif_dataset(name)
+
+
+def test_a_data_folder_edited_with_its_mtime_restored_gives_the_new_rows(tmp_path):
+    """`datasets` keys its cache on paths and mtimes: the folder is read afresh, so the rows (and the fingerprint a
+    resume compares) come from the content."""
+    import os
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = write_jsonl(folder / "rlaif.jsonl", ROWS)
+    first = load_rlaif_dataset(folder)
+    stat = os.stat(path)
+    edited = [{"conversations": [{"content": "an edited question"}, {"content": ""}]}] + ROWS[1:]
+    write_jsonl(path, edited)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    second = load_rlaif_dataset(folder)
+    assert second[0]["prompt"] == [{"role": "user", "content": "an edited question"}]
+    assert second._fingerprint != first._fingerprint

@@ -328,3 +328,48 @@ def test_the_command_refuses_thinking_ratio_with_a_template_without_open_thinkin
     err = capsys.readouterr().err
     assert "error: thinking_ratio=0.9 needs a chat template that reads `open_thinking`" in err
     assert "Traceback" not in err
+
+
+def test_the_rendered_datasets_fingerprint_is_the_tokenizers_content_not_its_path(tmp_path, monkeypatch):
+    """A resume names the tokenizer folder however it likes (trailing slash, relative path, symlink); the data it
+    renders is the same, and so must be the fingerprint `minimind_run.json` compares."""
+    import os
+
+    from grpo_fixtures import write_rlaif
+    from transformers import AutoTokenizer
+
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+
+    build_minimind_tokenizer().save_pretrained(tmp_path / "tok")
+    os.symlink(tmp_path / "tok", tmp_path / "link")
+    dataset = load_rlaif_dataset(write_rlaif(tmp_path / "d.jsonl"))
+    rendering = PromptRendering(system_prompt_ratio=0.2)
+    spellings = [str(tmp_path / "tok"), str(tmp_path / "tok") + "/", str(tmp_path / "link"), "tok"]
+    monkeypatch.chdir(tmp_path)
+    prints = {with_rendered_prompts(dataset, AutoTokenizer.from_pretrained(name), rendering)._fingerprint
+              for name in spellings}  # fmt: skip
+    assert len(prints) == 1
+    other = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    other.chat_template = other.chat_template + " "
+    assert with_rendered_prompts(dataset, other, rendering)._fingerprint not in prints
+    assert with_rendered_prompts(dataset, other, PromptRendering(system_prompt_ratio=0.3))._fingerprint not in prints
+
+
+@pytest.mark.parametrize("setting, fragment", [
+    ({"remove_unused_columns": True}, "set remove_unused_columns: false"),
+    ({"dataloader_num_workers": 1, "dataloader_persistent_workers": True}, "set dataloader_persistent_workers: false"),
+])  # fmt: skip
+def test_the_python_api_refuses_settings_a_rendered_dataset_cannot_run_with(tmp_path, setting, fragment):
+    """The CLI refused them; a Python run got `KeyError: 'prompt_row'`, or epoch 0's choices in epoch 1."""
+    from grpo_fixtures import build_tiny_policy, write_rlaif
+
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+    from minimind_trl.trainer import MiniMindGRPOConfig
+
+    tokenizer = build_minimind_tokenizer()
+    dataset = with_rendered_prompts(load_rlaif_dataset(write_rlaif(tmp_path / "d.jsonl")), tokenizer,
+                                    PromptRendering(system_prompt_ratio=0.2))  # fmt: skip
+    args = MiniMindGRPOConfig(str(tmp_path / "out"), use_cpu=True, bf16=False, **setting)
+    with pytest.raises(RecipeError, match=fragment):
+        MiniMindGRPOTrainer(str(build_tiny_policy(tmp_path / "policy")), reward_funcs=[lambda **k: [0.0]], args=args,
+                            train_dataset=dataset, processing_class=tokenizer)  # fmt: skip

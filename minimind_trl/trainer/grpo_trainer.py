@@ -29,7 +29,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from ..prompt_rendering import prompt_renderer
+from ..prompt_rendering import check_rendered_dataset, prompt_renderer
 from .advantages import TRL_ADVANTAGES, AdvantageInputs, get_adv_estimator, minimind_advantages
 from .checkpointing import (
     RUN_INFO_NAME,
@@ -100,6 +100,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         check_vllm_policy(model, args)
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
         peft_config = bound.arguments.get("peft_config")
+        check_rendered_dataset(bound.arguments.get("train_dataset"), args)  # its renderer needs its row and epoch
         uses_peft = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
         reference = None
         if not isinstance(model, str) and args.beta != 0.0 and not uses_peft:
