@@ -19,6 +19,7 @@ from ..prompt_rendering import PromptRendering, check_rendering_settings
 from ..rewards.registry import check_reward_specs
 from ..trainer.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
 from ..trainer.run_identity import normal_path, path_fingerprint
+from ..trainer.extras import check_extras
 from ..trainer.output_dir import check_output_dir, run_inputs
 from ..trainer.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
 from .policy import check_model_source, is_native_checkpoint
@@ -154,6 +155,7 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     check_reward_specs(script_args, training_args)
     check_rendering_settings(prompt_rendering(script_args, training_args), training_args)
     check_reporting(training_args.report_to)
+    check_extras(training_args)
     if training_args.save_native_pth and model_args.use_peft:
         raise RecipeError(
             "save_native_pth needs full weights but use_peft trains an adapter: merge it first "

@@ -6,9 +6,9 @@ desktops and laptops, AMD Zen 3 servers) torch emulates bf16 and a bf16 GEMM run
 which made a GRPO step 8.5x slower than upstream's fp32 loop (issue 27). So on CPU the precision is chosen from
 what the machine does fast:
 
-* capability: `/proc/cpuinfo` names `amx_bf16` or `avx512_bf16` (aarch64: `bf16`), torch's ATen kernels run at
-  `AVX512` (`torch.backends.cpu.get_cpu_capability()`; x86) and oneDNN has bf16 kernels here
-  (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`, which honours `ONEDNN_MAX_CPU_ISA`);
+* capability: `/proc/cpuinfo` names `amx_bf16` or `avx512_bf16` (aarch64: `bf16`) and oneDNN, which runs the
+  GEMMs, has bf16 kernels here (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`, which honours `ONEDNN_MAX_CPU_ISA`);
+  ATen's own capability (`ATEN_CPU_CAPABILITY`) is reported but left to the probe;
 * a probe: the three GEMMs of a linear layer's forward and backward (128 x 256 -> 768, one thread), timed in
   fp32 and in bf16 once per process (~5 ms where bf16 is native, ~0.1 s where it is not).
 
@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+
+from ..errors import RecipeError
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +53,10 @@ class CpuInfo:
 
     @property
     def native_bf16(self) -> bool:
-        """Whether the instructions and the kernels torch would use compute bf16 natively."""
-        if self.amx_bf16 or self.avx512_bf16:
-            return self.capability == "AVX512" and self.onednn_bf16
-        return self.arm_bf16 and self.onednn_bf16
+        """Whether the instructions and oneDNN, which runs the GEMMs, compute bf16 natively. ATen's own capability
+        (`ATEN_CPU_CAPABILITY=avx2`) does not decide it: the GEMMs, most of a step, stay native, and the probe, which
+        runs them as training does, measures whether bf16 is faster here."""
+        return (self.amx_bf16 or self.avx512_bf16 or self.arm_bf16) and self.onednn_bf16
 
     def describe(self) -> str:
         yes_no = {True: "yes", False: "no"}
@@ -183,12 +185,13 @@ def decide(cpu: CpuInfo, probe: Bf16Probe) -> CpuPrecision:
     """bf16 when the CPU computes it natively *and* the probe found it faster than fp32; fp32 otherwise."""
     if not cpu.native_bf16:
         missing = "no native bf16" if not (cpu.amx_bf16 or cpu.avx512_bf16 or cpu.arm_bf16) else (
-            "bf16 instructions that torch's kernels do not use here"
+            "bf16 instructions that torch's GEMM kernels (oneDNN) do not use here"
         )
         return CpuPrecision(False, f"this CPU has {missing}: {probe.describe()}", cpu, probe)
     if probe.ratio >= BF16_FASTER_BELOW:
         return CpuPrecision(False, f"this CPU reports native bf16, but {probe.describe()}", cpu, probe)
-    return CpuPrecision(True, f"this CPU computes bf16 natively: {probe.describe()}", cpu, probe)
+    capped = f" in oneDNN's GEMMs (torch's other kernels run at {cpu.capability})" if cpu.capability == "AVX2" else ""
+    return CpuPrecision(True, f"this CPU computes bf16 natively{capped}: {probe.describe()}", cpu, probe)
 
 
 @functools.cache
@@ -214,6 +217,12 @@ def _log_once(level: int, message: str) -> None:
 def choose_bf16(bf16: bool | None, fp16: bool, on_cpu: bool) -> bool:
     """A config's `bf16` after the automatic choice: `None` (auto) becomes this CPU's choice on CPU and True
     elsewhere (unless fp16); an explicit value is kept, with one warning when bf16 is many times slower here."""
+    if fp16 and on_cpu:
+        raise RecipeError(
+            "fp16: true on CPU: there is no fp16 mixed precision on CPU here, so the run would train in fp32 as if "
+            "fp16 were off (the weights come out the same). Leave fp16 off; bf16 unset chooses bf16 where this CPU "
+            "computes it natively (docs/cpu.md)"
+        )
     if fp16:
         return bool(bf16)  # transformers refuses fp16 together with bf16; leave that check to it
     if not on_cpu:

@@ -45,6 +45,7 @@ from .run_identity import trainer_run_identity
 from .output_dir import reward_model_sources, run_inputs
 from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
+from .extras import check_extras
 from . import cpu_precision
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
@@ -97,6 +98,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(args, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
+        check_extras(args)  # vLLM, liger-kernel: named now, not in a traceback after the models load
         check_vllm_policy(model, args)
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
         peft_config = bound.arguments.get("peft_config")

@@ -50,12 +50,17 @@ def no_probe(monkeypatch):
         (AMX, FAST_BF16, True, "computes bf16 natively"),
         # instructions present, but the probe finds bf16 no faster (e.g. a VM or a throttled unit): fp32
         (AVX512_BF16, Bf16Probe(0.0015, 0.0016), False, "reports native bf16, but bf16 GEMMs ran 1.1x slower"),
-        # instructions present, torch's kernels capped below them (ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA)
+        # instructions present, oneDNN capped below them (ONEDNN_MAX_CPU_ISA, with or without ATEN_CPU_CAPABILITY)
         (CpuInfo("AuthenticAMD", "EPYC", "AVX2", False, True, False, False), SLOW_BF16, False, "do not use here"),
         (CpuInfo("AuthenticAMD", "EPYC", "AVX512", False, True, False, False), FAST_BF16, False, "do not use here"),
+        # ATEN_CPU_CAPABILITY=avx2 alone: oneDNN's GEMMs stay native, the probe decides (issue 33)
+        (CpuInfo("AuthenticAMD", "EPYC", "AVX2", False, True, False, True), FAST_BF16, True,
+         "natively in oneDNN's GEMMs (torch's other kernels run at AVX2)"),
+        (CpuInfo("AuthenticAMD", "EPYC", "AVX2", False, True, False, True), SLOW_BF16, False, "but bf16 GEMMs ran"),
         (CpuInfo("", "Neoverse-V1", "SVE256", False, False, True, True), FAST_BF16, True, "natively"),
     ],
-    ids=["avx2", "avx512-bf16", "amx", "native-but-slow", "aten-capped", "onednn-capped", "arm-bf16"],
+    ids=["avx2", "avx512-bf16", "amx", "native-but-slow", "all-capped", "onednn-capped", "aten-capped-fast",
+         "aten-capped-slow", "arm-bf16"],
 )
 def test_bf16_only_where_native_and_faster(cpu, probe, bf16, reason):
     choice = decide(cpu, probe)
@@ -93,10 +98,21 @@ def test_accelerators_keep_the_recipes_choice(monkeypatch):
     assert choose_bf16(None, fp16=True, on_cpu=False) is False
 
 
-def test_explicit_fp32_and_fp16_need_no_probe(monkeypatch):
+def test_explicit_fp32_needs_no_probe(monkeypatch):
     no_probe(monkeypatch)
     assert choose_bf16(False, fp16=False, on_cpu=True) is False
-    assert choose_bf16(None, fp16=True, on_cpu=True) is False
+
+
+def test_fp16_on_cpu_is_refused_from_the_command_line(monkeypatch, capsys):
+    """There is no fp16 mixed precision on CPU: the run trained in fp32 as if fp16 were off, silently."""
+    from minimind_trl.cli import main as cli
+
+    no_probe(monkeypatch)
+    with pytest.raises(ValueError, match="fp16: true on CPU"):
+        choose_bf16(None, fp16=True, on_cpu=True)
+    assert cli(["grpo", "--output_dir", "out", "--use_cpu", "true", "--fp16", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "fp16: true on CPU" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(("cpu", "probe", "expected"), [(AVX2, SLOW_BF16, False), (AMX, FAST_BF16, True)])
