@@ -246,7 +246,8 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
 DEMO_OUTPUTS = re.compile(
     r"^(demo_run\.json|metrics\.jsonl|reward_curve\.png|summary\.json|README\.md|_warm_start(\.sft)?|_reward_model|"
     r"_grpo_prompts\.jsonl|_staging|_minimind_run\.lock|"
-    r"checkpoint-\d+|interrupted-step-\d+|grpo_\d+(_moe)?(\.pth|\.config\.json)|config\.json|generation_config\.json|"
+    r"checkpoint-\d+|interrupted-step-\d+(\.tmp)?|grpo_\d+(_moe)?(\.pth|\.config\.json)|"
+    r"config\.json|generation_config\.json|"
     r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|(configuration|modeling)_minimind\.py|tokenizer(_config)?\.json|"
     r"special_tokens_map\.json|chat_template\.jinja|training_args\.bin)$"
 )

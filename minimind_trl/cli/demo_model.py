@@ -73,11 +73,16 @@ def build_model(vocab_size: int, spec: DemoModel = DemoModel(), generation: str 
 
 
 def save_folder(model, tokenizer, folder: Path) -> Path:
-    """`save_pretrained` model + tokenizer into `folder`, written aside and renamed into place."""
+    """`save_pretrained` model + tokenizer into `folder`, written aside and renamed into place; interrupted (a
+    second Ctrl-C while the first one's save runs), the half-written `<folder>.tmp` is removed."""
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return folder

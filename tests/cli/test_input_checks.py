@@ -2,8 +2,10 @@
 files the demo did not write. Each is a one-line user error (exit 2) naming the file and line or the path."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
@@ -136,6 +138,29 @@ def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+def test_a_second_ctrl_c_during_the_interrupted_save_leaves_no_tmp_folder(tmp_path):
+    """The first Ctrl-C saves `interrupted-step-N`; a second one while it is written used to leave
+    `interrupted-step-N.tmp`, which the next demo into that folder refused as not the demo's."""
+    from minimind_trl.cli.demo_model import save_folder
+
+    class Interrupted:
+        def save_pretrained(self, folder):
+            os.makedirs(folder)
+            (Path(folder) / "model.safetensors").write_bytes(b"half")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        save_folder(Interrupted(), Interrupted(), tmp_path / "interrupted-step-3")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tmp_folder_left_by_a_killed_demo_is_the_demos_own(tmp_path):
+    folder = earlier_demo_run(tmp_path / "out")
+    (folder / "interrupted-step-3.tmp").mkdir()  # SIGKILL mid-save: nothing could clean up
+    demo.prepare_output_dir(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [LOCK_NAME, demo.RUN_MARKER]
 
 
 def test_an_unwritable_demo_folder_is_one_line(tmp_path):
