@@ -21,15 +21,14 @@ cut from the left to `max_total_length` tokens as upstream's training side cuts 
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from ..prompt_rendering import OPEN_THINKING_KWARG, check_ratio, keyed_uniform
+from .data import prompt_messages, prompt_tools
+from .parsing import parse_tool_calls
+from .tools import Toolbox
 
-# A parsed tool call (any JSON value upstream's parser keeps) -> the tool message's content.
-ToolRunner = Callable[[Any], str]
-CallParser = Callable[[str], list]
 # TRL's generation step: (context ids per row) -> (new ids per row, EOS included when sampled; log-probs or None)
 TurnGenerator = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]] | None]]
 
@@ -51,24 +50,13 @@ class Transcript:
     ended_with_eos: bool = False
     unfinished: bool = False
     tool_calls: int = 0
+    tool_failures: int = 0
     done: bool = False
 
     @property
     def context_ids(self) -> list[int]:
         """What the next turn is generated from: exactly the tokens of the sequence so far."""
         return self.prompt_ids + self.response_ids
-
-
-def tools_of(messages: Sequence[Mapping]) -> list | None:
-    """The sample's tool schemas: the `tools` field of its system turn (a JSON string or a list), as upstream's
-    `AgentRLDataset` reads them; None when no system turn carries any."""
-    import json
-
-    for message in messages:
-        if message.get("role") == "system" and message.get("tools"):
-            tools = message["tools"]
-            return json.loads(tools) if isinstance(tools, str) else list(tools)
-    return None
 
 
 def render_ids(tokenizer, messages, *, tools, template_kwargs: Mapping, generation_prompt: bool = True) -> list[int]:
@@ -141,20 +129,19 @@ class AgentRollout:
     """TRL `rollout_func` running upstream's multi-turn tool loop (see the module docstring).
 
     Args:
-        run_tool: a parsed call -> the tool message's content (`minimind_trl.agent.tools`).
-        parse_calls: a turn's text -> its well-formed calls (upstream's parser).
+        toolbox: the tools calls run against (`minimind_trl.agent.tools`; default: upstream's six mocks); each
+            sample's own schemas (its system turn's `tools`) are what the prompt shows.
         max_turns: generations per rollout (upstream: 3, fixed).
         max_total_length: the training sequence's length cap, prompt included (upstream `--max_total_len` 2500);
             None: no cap.
         thinking_ratio: probability that a rollout opens a thought (`open_thinking=True`; upstream
             `--thinking_ratio`, default 0.1); None: the template's default. Drawn per rollout from
-            (`seed`, step, row), so a resumed run makes the uninterrupted run's draws.
+            (`seed`, mode, step, row), so a resumed run makes the uninterrupted run's draws.
     """
 
     def __init__(
         self,
-        run_tool: ToolRunner,
-        parse_calls: CallParser,
+        toolbox: Toolbox | None = None,
         *,
         max_turns: int = 3,
         max_total_length: int | None = 2500,
@@ -166,12 +153,15 @@ class AgentRollout:
             raise ValueError(f"agent max_total_length must be at least 2 tokens, got {max_total_length}")
         if thinking_ratio is not None:
             check_ratio("thinking_ratio", thinking_ratio)
-        self.run_tool = run_tool
-        self.parse_calls = parse_calls
+        self.toolbox = Toolbox() if toolbox is None else toolbox
         self.max_turns = max_turns
         self.max_total_length = max_total_length
         self.thinking_ratio = thinking_ratio
         self._calls: dict[str, tuple[int, int]] = {}  # mode -> (global step, calls made at it): keys the draws
+
+    def __repr__(self) -> str:
+        return (f"AgentRollout({self.toolbox!r}, max_turns={self.max_turns}, max_total_length={self.max_total_length}, "
+                f"thinking_ratio={self.thinking_ratio})")
 
     # --- TRL's entry point ---------------------------------------------------------------------------------
 
@@ -211,8 +201,8 @@ class AgentRollout:
 
     @staticmethod
     def start(tokenizer, messages: Sequence[Mapping], open_thinking: bool | None, template_kwargs) -> Transcript:
-        messages = [dict(message) for message in messages]
-        tools = tools_of(messages)
+        messages = prompt_messages(messages)
+        tools = prompt_tools(messages)
         transcript = Transcript(messages, tools, open_thinking)
         transcript.prompt_ids = render_ids(tokenizer, messages, tools=tools,
                                            template_kwargs=_with_thinking(template_kwargs, open_thinking))
@@ -245,13 +235,15 @@ class AgentRollout:
         text = tokenizer.decode(sampled, skip_special_tokens=True)
         transcript.turn_outputs.append(text)
         transcript.ended_with_eos = ended
-        calls = self.parse_calls(text)
+        calls = parse_tool_calls(text)  # the whole turn, thoughts included, as upstream runs them
         if not calls:
             transcript.done = True
             return
+        outcomes = [self.toolbox.run_call(call) for call in calls]
         transcript.tool_calls += len(calls)
+        transcript.tool_failures += sum(outcome.error is not None for outcome in outcomes)
         last = turn == self.max_turns - 1
-        contents = [self.run_tool(call) for call in calls]
+        contents = [outcome.observation for outcome in outcomes]
         transcript.messages.append({"role": "assistant", "content": text})
         transcript.messages += [{"role": "tool", "content": content} for content in contents]
         observation = observation_ids(tokenizer, contents, generation_prompt=not last,
@@ -311,12 +303,14 @@ def _is_zero3(trainer) -> bool:
 
 
 def log_rollout_metrics(trainer, transcripts: list[Transcript]) -> None:
-    """Turns, tool calls and unfinished rollouts per rollout, over every process (`agent/...` in the logs)."""
+    """Per rollout, over every process (`agent/...` in the logs): turns, tool calls, failed calls (an unknown tool,
+    bad arguments, a tool that raised or timed out) and the unfinished share."""
     mode = "train" if trainer.model.training else "eval"
     local = torch.tensor(
-        [[len(t.turn_outputs), t.tool_calls, float(t.unfinished)] for t in transcripts], dtype=torch.float32,
-        device=trainer.accelerator.device,
+        [[len(t.turn_outputs), t.tool_calls, t.tool_failures, float(t.unfinished)] for t in transcripts],
+        dtype=torch.float32, device=trainer.accelerator.device,
     )
     means = trainer.accelerator.gather(local).mean(dim=0).tolist()
-    for name, value in zip(("agent/turns", "agent/tool_calls", "agent/unfinished"), means, strict=True):
+    names = ("agent/turns", "agent/tool_calls", "agent/tool_failures", "agent/unfinished")
+    for name, value in zip(names, means, strict=True):
         trainer._metrics[mode][name].append(value)
