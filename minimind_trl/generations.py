@@ -171,7 +171,59 @@ MINIMIND3 = Generation(
     ),
 )
 
-GENERATIONS = {generation.name: generation for generation in (MINIMIND2, MINIMIND3)}
+MINIMIND3_AGENT = Generation(
+    name="minimind3_agent",
+    label="MiniMind-3 agent RL",
+    commit="d65ef2c",
+    reward_funcs=UpstreamSetting("reward_funcs", ("agent_reward",), "train_agent.py calculate_rewards", SCRIPT),
+    advantage_estimator=UpstreamSetting(
+        "advantage_estimator", "group_zscore", "(r - mean) / (std(unbiased=False) + 1e-4), no clamp, no batch step"
+    ),
+    loss_type=UpstreamSetting("loss_type", "minimind3_cispo", "--loss_type cispo; grpo: minimind3_grpo"),
+    loss_aggregation=UpstreamSetting(
+        "loss_aggregation", "seq-mean-token-mean-nonempty", "mean over the rollouts with a trained token"
+    ),
+    settings=(
+        UpstreamSetting("rollout", "agent", "rollout_batch / rollout_single", SCRIPT),
+        UpstreamSetting("agent_max_turns", 3, "max_turns=3", SCRIPT),
+        UpstreamSetting("agent_max_total_length", 2500, "--max_total_len", SCRIPT),
+        UpstreamSetting("agent_tools", None, "MOCK_RESULTS: the six mock tools", SCRIPT),
+        UpstreamSetting("agent_tool_timeout", 1.0, "execute_tool: signal.alarm(1)", SCRIPT),
+        *(
+            row if row.name != "max_prompt_length" else UpstreamSetting(
+                "max_prompt_length", None, "prompts not cut (--max_seq_len sizes the model only)"
+            )
+            for row in _shared(
+                4,
+                learning_rate=3e-7,
+                max_prompt_length=None,
+                max_completion_length=768,
+                temperature_flag="rollout(temperature=0.8)",
+                sampler="MiniMindForCausalLM.generate default",
+                top_p=0.85,
+                beta=0.1,
+                clipping=(
+                    UpstreamSetting("epsilon", 0.2, "--epsilon"),
+                    UpstreamSetting("epsilon_high", 5.0, "--epsilon_high"),
+                ),
+            )
+        ),
+        UpstreamSetting("thinking_ratio", 0.1, "--thinking_ratio (drawn per rollout)", SCRIPT),
+        UpstreamSetting("system_prompt_ratio", 0.0, "AgentRLDataset: no added system prompt", SCRIPT),
+        UpstreamSetting("reward_model_clip", 3.0, "get_score: clip to [-3, 3]", SCRIPT),
+    ),
+    notes=(
+        "`max_completion_length` is each turn's budget (`--max_gen_len`); a rollout is up to `agent_max_turns` "
+        "turns, the tool observations between them, cut from the left at `agent_max_total_length`.",
+        "Tool observations, template tokens and EOS are not trained (mask 0); every sampled token of every turn is.",
+        "Old log-probs come from the rollout engine (the torch engine: the policy itself, ratio 1).",
+        "The reward model scores the no-call answer with the `# Tools` prompt; calls are scored by their count gap, "
+        "`gt` in the final answer and the unfinished penalty (docs/agent.md).",
+        "Upstream's other defaults: `--data_path ../dataset/agent_rl.jsonl`, `--from_weight full_sft`.",
+    ),
+)
+
+GENERATIONS = {generation.name: generation for generation in (MINIMIND2, MINIMIND3, MINIMIND3_AGENT)}
 DEFAULTS_GENERATION = "minimind2"  # the generation `MiniMindGRPOConfig`'s defaults follow
 
 

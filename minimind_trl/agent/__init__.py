@@ -5,7 +5,9 @@
 * `parsing`: `<tool_call>` blocks and a turn's thought and answer, read as upstream reads them;
 * `tools`, `mock_tools`, `safe_math`: upstream's six mock tools (without `eval`), a user's own tools, and a
   `Toolbox` that runs calls without ever stopping the run;
-* `reward`: upstream's agent reward as one TRL reward function, every term logged.
+* `reward`: upstream's agent reward as one TRL reward function, every term logged;
+* `rollout`: upstream's multi-turn tool loop as TRL's `rollout_func` (`AgentRollout`);
+* `recipe`: a recipe's `rollout: agent`, checked and built for `minimind-trl grpo`.
 
 This package sits beside `trainer/` and above `rewards/`, whose reward-model pieces it reuses.
 """
@@ -22,6 +24,7 @@ from .data import (
 )
 from .parsing import answer_tool_calls, call_name_and_arguments, parse_tool_calls, split_turn, turn_answer
 from .reward import TERMS, AgentReward, transcript_terms, verified_gt
+from .rollout import AgentRollout, observation_ids, pack_rollout
 from .tools import (
     OBSERVATION_LIMIT,
     TOOL_NOT_FOUND,
@@ -40,6 +43,7 @@ __all__ = [
     "TOOL_NOT_FOUND",
     "UPSTREAM_TOOL_NAMES",
     "AgentReward",
+    "AgentRollout",
     "Tool",
     "ToolOutcome",
     "Toolbox",
@@ -49,7 +53,9 @@ __all__ = [
     "decode_tools",
     "load_agent_dataset",
     "load_toolbox",
+    "observation_ids",
     "observation_text",
+    "pack_rollout",
     "parse_tool_calls",
     "prompt_messages",
     "prompt_tools",

@@ -41,7 +41,7 @@ from ..rewards.reward_model import Scorer, check_scorer, clip_score, rendered_pr
 from ..rewards.rule_rewards import Conversation, completion_text
 from .data import decode_gt, decode_tools, prompt_messages, tool_names
 from .parsing import THINK_CLOSE, TOOL_CALL_CLOSE, answer_tool_calls, split_turn, tag_imbalance
-from .tools import DEFAULT_TIMEOUT, Toolbox, load_toolbox
+from .tools import Toolbox, recipe_toolbox
 
 TERMS = (
     "tag_balance",
@@ -248,13 +248,6 @@ class AgentReward:
         return f"AgentReward(scorer={scorer}, toolbox={self.toolbox!r}, clip={self.clip})"
 
 
-def recipe_toolbox(script_args) -> Toolbox:
-    """The toolbox a recipe names: `agent_tools` (mock names or `package.module:function`; unset: upstream's six
-    mocks) with `agent_tool_timeout` seconds per call (unset: upstream's 1 s). Fields a recipe may leave out."""
-    timeout = getattr(script_args, "agent_tool_timeout", DEFAULT_TIMEOUT)
-    return load_toolbox(getattr(script_args, "agent_tools", None), timeout=timeout)
-
-
 def build_agent_reward(script_args, training_args, tokenizer, scorer: Scorer | None) -> AgentReward:
     """The registry's builder: `agent_reward` with the reward model's scorer, `agent_rule_reward` with None."""
     return AgentReward(
@@ -271,7 +264,6 @@ __all__ = [
     "AgentReward",
     "build_agent_reward",
     "clipped_total",
-    "recipe_toolbox",
     "transcript_terms",
     "verified_gt",
 ]

@@ -265,6 +265,13 @@ def load_toolbox(
     return Toolbox([resolve_tool(spec) for spec in specs], timeout=timeout)
 
 
+def recipe_toolbox(script_args) -> Toolbox:
+    """The toolbox a recipe names: `agent_tools` (mock names or `package.module:function`; unset: upstream's six
+    mocks) with `agent_tool_timeout` seconds per call (unset: upstream's 1 s). Fields a recipe may leave out."""
+    timeout = getattr(script_args, "agent_tool_timeout", DEFAULT_TIMEOUT)
+    return load_toolbox(getattr(script_args, "agent_tools", None), timeout=timeout)
+
+
 def execute_tool(name: Any, arguments: Any, toolbox: Toolbox | None = None) -> Any:
     """Upstream's `execute_tool`: the result, or None when the name is unknown or the tool failed."""
     return (toolbox or _default_toolbox()).execute(name, arguments).result
@@ -281,6 +288,7 @@ def _default_toolbox() -> Toolbox:
 
 
 __all__ = [
+    "recipe_toolbox",
     "DEFAULT_TIMEOUT",
     "OBSERVATION_LIMIT",
     "TOOL_NOT_FOUND",

@@ -3,6 +3,8 @@
 Runs after the run plan (`run_plan.check_run`), so everything here may load: nothing is checked again.
 """
 
+from ..agent.data import load_agent_dataset
+from ..agent.recipe import build_agent_rollout, check_agent_tokenizer
 from ..data import load_rlaif_dataset
 from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
@@ -14,14 +16,21 @@ from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering
 
 
 def load_train_dataset(script_args, training_args):
-    """The RLAIF prompts of `dataset_name` (the main process reads first, the others hit the cache)."""
-    with training_args.main_process_first(desc="loading the RLAIF data"):
-        dataset = load_rlaif_dataset(
-            script_args.dataset_name,
-            split=script_args.dataset_train_split,
-            data_files=script_args.dataset_data_files,
-            roles=script_args.dataset_roles,
-        )
+    """The prompts of `dataset_name`: RLAIF rows, or agent RL rows with `rollout: agent` (the main process reads
+    first, the others hit the cache)."""
+    with training_args.main_process_first(desc="loading the training data"):
+        if script_args.rollout == "agent":
+            dataset = load_agent_dataset(
+                script_args.dataset_name, split=script_args.dataset_train_split,
+                data_files=script_args.dataset_data_files,
+            )
+        else:
+            dataset = load_rlaif_dataset(
+                script_args.dataset_name,
+                split=script_args.dataset_train_split,
+                data_files=script_args.dataset_data_files,
+                roles=script_args.dataset_roles,
+            )
     if script_args.dataset_max_samples is not None:
         dataset = dataset.select(range(min(script_args.dataset_max_samples, len(dataset))))
     return dataset
@@ -66,6 +75,10 @@ def build_from_plan(
     policy = resolve_policy(model_args, script_args, training_args)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
     dataset = render_per_prompt(dataset, tokenizer, script_args, training_args)
+    rollout_func = None
+    if script_args.rollout == "agent":
+        check_agent_tokenizer(tokenizer)
+        rollout_func = build_agent_rollout(script_args)
     reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
     peft_config = lora_config(model_args)
@@ -77,6 +90,7 @@ def build_from_plan(
         processing_class=tokenizer,
         callbacks=plan.callbacks + list(callbacks or []),
         peft_config=peft_config,
+        rollout_func=rollout_func,
         run_identity=plan.run_identity,
         run_card=run_card(
             script_args, training_args, model_args, policy.base_model, recipe or Recipe(), peft_config is not None

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from ..agent.recipe import check_agent_recipe
 from ..errors import RecipeError
 from ..generations import deviations, format_value, get_generation
 from ..loading_utils import import_object
@@ -95,7 +96,10 @@ def load_callbacks(specs: list[str] | None) -> list:
 
 
 def prompt_rendering(script_args, training_args) -> PromptRendering:
-    """MiniMind-3's per-prompt choices of the recipe (`thinking_ratio`, `system_prompt_ratio`), keyed on `seed`."""
+    """MiniMind-3's per-prompt choices of the recipe (`thinking_ratio`, `system_prompt_ratio`), keyed on `seed`.
+    No per-prompt choice with `rollout: agent`, which draws `thinking_ratio` per rollout itself."""
+    if script_args.rollout == "agent":
+        return PromptRendering(seed=training_args.seed)
     return PromptRendering(
         thinking_ratio=script_args.thinking_ratio,
         system_prompt_ratio=script_args.system_prompt_ratio,
@@ -154,6 +158,8 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
         check_dataset_source(script_args.dataset_name, script_args.dataset_config)
     check_reward_specs(script_args, training_args)
     check_rendering_settings(prompt_rendering(script_args, training_args), training_args)
+    if script_args.rollout == "agent":
+        check_agent_recipe(script_args, training_args)
     check_reporting(training_args.report_to)
     check_extras(training_args)
     if training_args.save_native_pth and model_args.use_peft:

@@ -13,6 +13,9 @@ from ..data import ROLE_MODES
 from ..rewards.registry import REWARD_MODEL_TYPES, REWARDS
 from ..trainer.config_ranges import check_ranges
 
+ROLLOUTS = ("single_turn", "agent")
+_AGENT_FIELDS = {"agent_tools": None, "agent_tool_timeout": 1.0, "agent_max_turns": 3, "agent_max_total_length": 2500}
+
 
 @dataclass
 class GRPOScriptArguments(ScriptArguments):
@@ -72,6 +75,25 @@ class GRPOScriptArguments(ScriptArguments):
             the command line.
         callbacks (`list[str]`, *optional*):
             Extra `transformers.TrainerCallback` classes as `package.module:ClassName`, built without arguments.
+        rollout (`str`, defaults to `"single_turn"`):
+            `single_turn`: one completion per prompt (both generations' `train_grpo.py`). `agent`: MiniMind-3's agent
+            RL (`train_agent.py`): `dataset_name` holds `agent_rl.jsonl` rows (`conversations` with the system turn's
+            `tools`, `gt`), and each rollout is up to `agent_max_turns` generations of `max_completion_length` new
+            tokens each, its `<tool_call>`s run against `agent_tools` in between (docs/agent.md). `thinking_ratio` is
+            then drawn per rollout, as upstream draws it.
+        agent_tools (`list[str]`, *optional*):
+            The tools agent rollouts run calls against: upstream's mock tool names (`calculate_math`,
+            `unit_converter`, `get_current_weather`, `get_current_time`, `get_exchange_rate`, `translate_text`) or
+            `package.module:function` (typed, with a docstring, as TRL's `tools=`). Unset: upstream's six. Each
+            sample's prompt shows its own schemas (its system turn's `tools`).
+        agent_tool_timeout (`float`, defaults to `1.0`):
+            Seconds one tool call may take before it gets an error observation (upstream's 1 s `SIGALRM`).
+        agent_max_turns (`int`, defaults to `3`):
+            Generations per agent rollout (upstream's hard-coded `max_turns=3`); calls in the last one still run,
+            and the rollout counts as unfinished.
+        agent_max_total_length (`int`, *optional*, defaults to `2500`):
+            The agent rollout's training sequence, prompt included, keeps its last this many tokens (upstream
+            `--max_total_len`). `None`: no cut.
     """
 
     reward_funcs: list[str] | None = field(
@@ -134,6 +156,22 @@ class GRPOScriptArguments(ScriptArguments):
     callbacks: list[str] | None = field(
         default=None, metadata={"help": "Extra TrainerCallback classes as 'package.module:ClassName'."}
     )
+    rollout: str = field(
+        default="single_turn",
+        metadata={
+            "help": "single_turn (train_grpo.py) or agent (train_agent.py: multi-turn tool calls on agent_rl rows).",
+            "choices": list(ROLLOUTS),
+        },
+    )
+    agent_tools: list[str] | None = field(
+        default=None,
+        metadata={"help": "Tools of agent rollouts: upstream mock names or 'package.module:function' (unset: the six)."},
+    )
+    agent_tool_timeout: float = field(default=1.0, metadata={"help": "Seconds a tool call may take (upstream 1)."})
+    agent_max_turns: int = field(default=3, metadata={"help": "Generations per agent rollout (upstream 3)."})
+    agent_max_total_length: int | None = field(
+        default=2500, metadata={"help": "Tokens an agent rollout keeps for training, from the end (upstream 2500)."}
+    )
 
     def __post_init__(self):
         if self.reward_model_type not in REWARD_MODEL_TYPES:
@@ -143,6 +181,30 @@ class GRPOScriptArguments(ScriptArguments):
         check_ranges(self)  # reward_model_clip, the ratios, dataset_max_samples, ... (trainer/config_ranges.py)
         if self.native_config is not None:
             self.native_config = _check_native_config(self.native_config)
+        _check_rollout_settings(self)
+
+
+
+def _check_rollout_settings(args) -> None:
+    """`rollout` and the agent settings, each refused with its key: agent settings only count with `rollout: agent`."""
+    if args.rollout not in ROLLOUTS:
+        raise ValueError(f"rollout must be one of {ROLLOUTS}, got {args.rollout!r}")
+    if args.rollout != "agent":
+        changed = [name for name, default in _AGENT_FIELDS.items() if getattr(args, name) != default]
+        if changed:
+            raise ValueError(f"{', '.join(changed)} only apply with rollout: agent (rollout is {args.rollout!r})")
+        return
+    if not (args.agent_tool_timeout > 0 and args.agent_tool_timeout != float("inf")):
+        raise ValueError(f"agent_tool_timeout must be a positive number of seconds, got {args.agent_tool_timeout}")
+    if args.agent_max_turns < 1:
+        raise ValueError(f"agent_max_turns must be at least 1, got {args.agent_max_turns}")
+    if args.agent_max_total_length is not None and args.agent_max_total_length < 2:
+        raise ValueError(f"agent_max_total_length must be at least 2 tokens (or None), got {args.agent_max_total_length}")
+    if args.system_prompt_ratio:
+        raise ValueError(
+            f"system_prompt_ratio={args.system_prompt_ratio}: upstream's agent data keeps its own system turn (the "
+            "one carrying the tools); set it to 0 with rollout: agent"
+        )
 
 
 def _check_native_config(value) -> dict:

@@ -161,7 +161,7 @@ def build_answer_reward_model_reward(script_args, training_args, tokenizer) -> A
 
 def check_agent_tools(script_args, training_args) -> None:
     """The agent reward's tools (`agent_tools`): every name a mock or an importable function."""
-    from ..agent.reward import recipe_toolbox  # agent/ imports rewards/: imported here, at check time (see above)
+    from ..agent.tools import recipe_toolbox  # agent/ imports rewards/: imported here, at check time (see above)
 
     recipe_toolbox(script_args)
 

@@ -1,0 +1,65 @@
+"""A recipe's `rollout: agent`: what `minimind-trl grpo` checks before loading anything, and the rollout it builds.
+
+The settings themselves (`agent_tools`, `agent_tool_timeout`, `agent_max_turns`, `agent_max_total_length`,
+`thinking_ratio`) are the command's script arguments (`minimind_trl.cli.script_args`); each is checked there on its
+own. Here: the combinations with the trainer's settings, and the tokenizer's template.
+"""
+
+import logging
+
+from ..errors import RecipeError
+from ..prompt_rendering import OPEN_THINKING_KWARG
+from .rollout import AgentRollout
+from .tools import recipe_toolbox
+
+logger = logging.getLogger(__name__)
+
+
+def check_agent_recipe(script_args, training_args) -> None:
+    """Refuse, naming the key, what an agent run could not honour; warn about what it ignores."""
+    recipe_toolbox(script_args)  # every tool name a mock or an importable function
+    if training_args.remove_unused_columns:
+        raise RecipeError(
+            "rollout: agent scores each rollout with its row's `tools` and `gt`, which remove_unused_columns=true "
+            "would drop; set remove_unused_columns: false (TRL's GRPO default)"
+        )
+    kwargs = training_args.chat_template_kwargs or {}
+    if script_args.thinking_ratio is not None and OPEN_THINKING_KWARG in kwargs:
+        raise RecipeError(
+            f"thinking_ratio={script_args.thinking_ratio} draws open_thinking per rollout, but chat_template_kwargs "
+            f"also sets open_thinking={kwargs[OPEN_THINKING_KWARG]!r}; drop one of them"
+        )
+    if training_args.use_transformers_continuous_batching:
+        raise RecipeError(
+            "rollout: agent generates each turn through TRL's generation step for token ids; "
+            "use_transformers_continuous_batching is not supported with it (set it to false)"
+        )
+    if training_args.max_prompt_length is not None:
+        logger.warning(
+            "rollout: agent does not cut prompts at max_prompt_length=%s (upstream's agent loop does not); the whole "
+            "rollout is cut from the left at agent_max_total_length=%s",
+            training_args.max_prompt_length, script_args.agent_max_total_length,
+        )
+
+
+def check_agent_tokenizer(tokenizer) -> None:
+    """The chat template must show the tools (MiniMind-3's writes a `# Tools` block); MiniMind2's does not."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or "tools" not in template:
+        raise RecipeError(
+            "rollout: agent renders each sample's tool schemas into its prompt, but this tokenizer's chat template "
+            "does not read `tools` (MiniMind-3's does): use a MiniMind-3 tokenizer (tokenizer_name_or_path)"
+        )
+
+
+def build_agent_rollout(script_args) -> AgentRollout:
+    """The recipe's `AgentRollout`: its tools, turns, length cap and per-rollout thinking draw."""
+    return AgentRollout(
+        recipe_toolbox(script_args),
+        max_turns=script_args.agent_max_turns,
+        max_total_length=script_args.agent_max_total_length,
+        thinking_ratio=script_args.thinking_ratio,
+    )
+
+
+__all__ = ["build_agent_rollout", "check_agent_recipe", "check_agent_tokenizer"]

@@ -1,0 +1,147 @@
+"""`recipes/minimind3/agent/agent_rl.yaml`: it is d65ef2c's `train_agent.py` (every value the agent record's, the run
+plan lists no departure, every comment names the flag), and `minimind-trl grpo --config` on it, overriding only
+paths, size and CPU flags, trains a demo-sized MiniMind-3 with multi-turn tool rollouts, every reward term and the
+rollout's figures logged; bad agent settings are refused with one line naming the key."""
+
+import json
+import logging
+import math
+
+import pytest
+import yaml
+from grpo_fixtures import REPO_ROOT
+from test_minimind3_recipe import recipe_comments
+
+from minimind_trl.agent.reward import TERMS
+from minimind_trl.cli import main as cli
+from minimind_trl.generations import GENERATIONS, compare
+from minimind_trl.grpo import parse_args
+
+RECIPE = REPO_ROOT / "recipes" / "minimind3" / "agent" / "agent_rl.yaml"
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculate_math", "description": "计算数学表达式",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}  # fmt: skip
+
+
+def agent_rows(count: int) -> list[dict]:
+    """`agent_rl.jsonl` rows as upstream's loader reads them: the system turn carries the tools (a JSON string), the
+    conversation ends with the empty assistant turn the rollout fills, `gt` lists the expected results."""
+    rows = []
+    for i in range(count):
+        a, b = 12 + i, 7 + 2 * i
+        rows.append({
+            "conversations": [
+                {"role": "system", "content": "你是一个有用的助手，可以调用工具。", "tools": json.dumps([CALCULATOR])},
+                {"role": "user", "content": f"帮我算一下 {a} 乘以 {b} 等于多少"},
+                {"role": "assistant", "content": ""},
+            ],
+            "gt": [str(a * b)],
+        })  # fmt: skip
+    return rows
+
+
+def write_rows(path, rows) -> str:
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def test_the_recipe_is_the_agent_record_and_departs_in_nothing():
+    from minimind_trl.cli.run_plan import upstream_departures
+
+    generation = GENERATIONS["minimind3_agent"]
+    script_args, training_args, model_args, _ = parse_args(["--config", str(RECIPE), "--use_cpu", "true"])
+    assert training_args.upstream == "minimind3_agent" and script_args.rollout == "agent"
+    assert upstream_departures(script_args, training_args) == []
+    rows = compare(generation, training_args, script_args)
+    assert len(rows) == len(generation.rows()) and [row.name for row in rows if not row.same] == []
+    values, comments = yaml.safe_load(RECIPE.read_text()), recipe_comments(RECIPE)
+    assert [key for key in values if not comments[key].strip()] == []
+    named = 0
+    for row in generation.rows():
+        if row.flag.startswith("--"):
+            assert row.name in values, f"{RECIPE} does not state {row.name} ({row.flag})"
+            assert row.flag.split()[0].rstrip(";,") in comments[row.name], (row.name, comments[row.name])
+            named += 1
+    assert named >= 12
+
+
+@pytest.fixture(scope="module")
+def demo_sized(tmp_path_factory):
+    """The demo's tiny MiniMind-3 with its MiniMind-3-template tokenizer, and a tiny InternLM2 reward model."""
+    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
+
+    root = tmp_path_factory.mktemp("agent-recipe")
+    tokenizer = build_tokenizer("minimind3")
+    policy = save_folder(build_model(len(tokenizer), generation="minimind3"), tokenizer, root / "policy")
+    return policy, write_tiny_internlm2_reward_model(root / "rm")
+
+
+def agent_argv(policy, reward_model, data, out, *extra) -> list[str]:
+    argv = [
+        "grpo", "--config", RECIPE,
+        "--model_name_or_path", policy, "--tokenizer_name_or_path", policy, "--reward_model_name_or_path", reward_model,
+        "--dataset_name", data, "--output_dir", out, "--max_steps", 2, "--save_steps", 2,
+        "--max_completion_length", 12, "--agent_max_total_length", 160, "--thinking_ratio", 0.5,
+        "--use_cpu", "true", "--bf16", "false", *extra,
+    ]  # fmt: skip
+    return [str(arg) for arg in argv]
+
+
+def test_the_recipe_trains_a_demo_sized_minimind3_agent(demo_sized, tmp_path, caplog):
+    """Every step logs each agent reward term (their sum is the reward), the rollout's turns and tool calls, and the
+    loss; the run plan lists exactly the overridden settings."""
+    policy, reward_model = demo_sized
+    data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(4))
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.cli.run_plan"):
+        assert cli(agent_argv(policy, reward_model, data, out)) == 0
+    assert "follows MiniMind-3 agent RL (d65ef2c) except in 5 setting(s)" in caplog.text, caplog.text
+    for departure in ("max_completion_length: 12 (upstream 768", "agent_max_total_length: 160 (upstream 2500"):
+        assert departure in caplog.text
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    logged = [entry for entry in state["log_history"] if "reward" in entry]
+    assert [entry["step"] for entry in logged] == [1, 2]
+    for entry in logged:
+        terms = [entry[f"agent_reward/{term}"] for term in TERMS]
+        assert all(math.isfinite(value) for value in terms)
+        assert entry["reward"] == pytest.approx(sum(terms), abs=1e-5)
+        assert 1.0 <= entry["agent/turns"] <= 3.0 and entry["agent/tool_calls"] >= 0.0
+        assert math.isfinite(entry["loss"])
+    assert json.loads((out / "config.json").read_text())["minimind_generation"] == "minimind3"
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        (["--agent_max_turns", "0"], "agent_max_turns"),
+        (["--agent_tool_timeout", "nan"], "agent_tool_timeout"),
+        (["--agent_tools", "no_such_tool"], "no_such_tool"),
+        (["--system_prompt_ratio", "0.2"], "system_prompt_ratio"),
+        (["--remove_unused_columns", "true"], "remove_unused_columns"),
+        (["--rollout", "single_turn"], "agent_max_total_length"),  # agent settings without the agent rollout
+    ],
+)
+def test_bad_agent_settings_are_one_line_naming_the_key(demo_sized, tmp_path, capsys, extra, key):
+    policy, reward_model = demo_sized
+    data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(2))
+    assert cli(agent_argv(policy, reward_model, data, tmp_path / "out", *extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_minimind2_tokenizer_is_refused_for_agent_rollouts(tmp_path, capsys):
+    """MiniMind2's template has no tools: the prompt could never show them."""
+    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
+
+    tokenizer = build_tokenizer("minimind2")
+    policy = save_folder(build_model(len(tokenizer), generation="minimind2"), tokenizer, tmp_path / "policy")
+    reward_model = write_tiny_internlm2_reward_model(tmp_path / "rm")
+    data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(2))
+    assert cli(agent_argv(policy, reward_model, data, tmp_path / "out")) == 2
+    assert "tools" in capsys.readouterr().err
