@@ -197,3 +197,85 @@ class RankProbe(TrainerCallback):
         with torch.no_grad():
             local = [p.ds_tensor if hasattr(p, "ds_tensor") else p for p in model.parameters()]
             _probe("final", checksum=float(sum(t.double().abs().sum() for t in local)), step=state.global_step)
+
+
+# --------------------------------------------------------------------------- agent rows, agent rollouts on a random policy
+
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculate_math", "description": "计算数学表达式",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}  # fmt: skip
+
+
+def agent_rows(count: int) -> list[dict]:
+    """`agent_rl.jsonl` rows as upstream's loader reads them: the system turn carries the tools (a JSON string), the
+    conversation ends with the empty assistant turn the rollout fills, `gt` lists the expected results."""
+    rows = []
+    for i in range(count):
+        a, b = 12 + i, 7 + 2 * i
+        rows.append({
+            "conversations": [
+                {"role": "system", "content": "你是一个有用的助手，可以调用工具。", "tools": json.dumps([CALCULATOR])},
+                {"role": "user", "content": f"帮我算一下 {a} 乘以 {b} 等于多少"},
+                {"role": "assistant", "content": ""},
+            ],
+            "gt": [str(a * b)],
+        })  # fmt: skip
+    return rows
+
+
+def write_rows(path, rows) -> str:
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+
+STOP_AT_STEP_ENV = "GRPO_STOP_AT_STEP"
+SCRIPTED_CALL = '<tool_call>{"name": "calculate_math", "arguments": {"expression": "6*7"}}</tool_call>'
+
+
+def script_tool_calls(trainer_class):
+    """Make agent rollouts multi-turn on a random policy: in a rollout's first turn (no `<tool_response>` in its
+    context yet), contexts whose token sum is even get `SCRIPTED_CALL` instead of what the policy sampled (the policy
+    still samples, so the random stream is the same); every later turn is the policy's own. Only on rank 0, so with
+    two processes one has later turns to generate and the other none. Returns the original method, to restore."""
+    original = trainer_class._generate_single_turn
+
+    def generate(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        ids, logps = original(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        tokenizer = self.processing_class
+        call = tokenizer(SCRIPTED_CALL, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ids, logps = list(ids), None if logps is None else list(logps)
+        for row, context in enumerate(prompt_ids):
+            if _rank() == 0 and "<tool_response>" not in tokenizer.decode(context) and sum(context) % 2 == 0:
+                ids[row] = list(call)
+                if logps is not None:
+                    logps[row] = [float("nan")] * len(call)  # not the engine's: the loss falls back to its own
+        _probe("agent_turns", contexts=[len(c) for c in prompt_ids], scripted=[i == call for i in ids])
+        return ids, logps
+
+    trainer_class._generate_single_turn = generate
+    return original
+
+
+class ScriptedToolCalls(TrainerCallback):
+    """`script_tool_calls` for a whole process (subprocess runs name it in `callbacks`)."""
+
+    def __init__(self):
+        from minimind_trl.trainer import MiniMindGRPOTrainer
+
+        if not getattr(MiniMindGRPOTrainer, "_tool_calls_scripted", False):
+            script_tool_calls(MiniMindGRPOTrainer)
+            MiniMindGRPOTrainer._tool_calls_scripted = True
+
+
+class StopAfterStep(TrainerCallback):
+    """Ends training after optimizer step `$GRPO_STOP_AT_STEP` (a run interrupted cleanly, to resume)."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop_at = os.environ.get(STOP_AT_STEP_ENV)
+        if stop_at is not None and state.global_step >= int(stop_at):
+            control.should_training_stop = True

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import yaml
-from grpo_fixtures import REPO_ROOT
+from grpo_fixtures import REPO_ROOT, agent_rows, write_rows
 from test_minimind3_recipe import recipe_comments
 
 from minimind_trl.agent.reward import TERMS
@@ -18,37 +18,6 @@ from minimind_trl.generations import GENERATIONS, compare
 from minimind_trl.grpo import parse_args
 
 RECIPE = REPO_ROOT / "recipes" / "minimind3" / "agent" / "agent_rl.yaml"
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculate_math", "description": "计算数学表达式",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    },
-}  # fmt: skip
-
-
-def agent_rows(count: int) -> list[dict]:
-    """`agent_rl.jsonl` rows as upstream's loader reads them: the system turn carries the tools (a JSON string), the
-    conversation ends with the empty assistant turn the rollout fills, `gt` lists the expected results."""
-    rows = []
-    for i in range(count):
-        a, b = 12 + i, 7 + 2 * i
-        rows.append({
-            "conversations": [
-                {"role": "system", "content": "你是一个有用的助手，可以调用工具。", "tools": json.dumps([CALCULATOR])},
-                {"role": "user", "content": f"帮我算一下 {a} 乘以 {b} 等于多少"},
-                {"role": "assistant", "content": ""},
-            ],
-            "gt": [str(a * b)],
-        })  # fmt: skip
-    return rows
-
-
-def write_rows(path, rows) -> str:
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    return str(path)
-
-
 def test_the_recipe_is_the_agent_record_and_departs_in_nothing():
     from minimind_trl.cli.run_plan import upstream_departures
 
