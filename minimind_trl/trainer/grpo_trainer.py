@@ -129,7 +129,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         self._sampler = self._fast_sampler(args)
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
-            model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset
+            model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset, self.rollout_func
         )
         self.run_identity = {**known, **(run_identity or {})}
         tokenizer = getattr(self.processing_class, "name_or_path", None)

@@ -65,8 +65,23 @@ def model_source(model) -> str | None:
     return getattr(config, "_name_or_path", None) or None
 
 
-def trainer_run_identity(model, reward_funcs, reward_func_names, processing_class, train_dataset) -> dict:
-    """What `MiniMindGRPOTrainer` itself knows defines the run (the CLI adds the recipe's data and reward options)."""
+def callable_identity(func) -> str | None:
+    """A function by its import name; an object by its own `repr` when its class defines one (the agent rollout
+    names its tools and limits), else by its class's import name (never a memory address)."""
+    if func is None:
+        return None
+    if hasattr(func, "__qualname__"):
+        return f"{func.__module__}.{func.__qualname__}"
+    if type(func).__repr__ is not object.__repr__:
+        return repr(func)
+    return f"{type(func).__module__}.{type(func).__qualname__}"
+
+
+def trainer_run_identity(
+    model, reward_funcs, reward_func_names, processing_class, train_dataset, rollout_func=None
+) -> dict:
+    """What `MiniMindGRPOTrainer` itself knows defines the run (the CLI adds the recipe's data and reward options);
+    `rollout` only when a `rollout_func` makes the rollouts (the agent's: its tools and limits)."""
     import torch.nn as nn
 
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
@@ -84,6 +99,7 @@ def trainer_run_identity(model, reward_funcs, reward_func_names, processing_clas
         "reward_models": reward_models,
         "train_dataset_fingerprint": getattr(train_dataset, "_fingerprint", None),
         "train_dataset_rows": len(train_dataset) if hasattr(train_dataset, "__len__") else None,
+        **({"rollout": callable_identity(rollout_func)} if rollout_func is not None else {}),
     }
 
 
@@ -93,6 +109,7 @@ def changed_keys(saved: dict, now: dict) -> list[str]:
 
 
 __all__ = [
+    "callable_identity",
     "changed_keys",
     "model_source",
     "normal_path",

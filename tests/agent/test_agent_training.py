@@ -105,6 +105,20 @@ def test_an_agent_run_resumes_exactly(parts, tmp_path, scripted, monkeypatch):
     assert max((at_two[k] - resumed[k]).abs().max().item() for k in expected) > 1e-4  # steps 3-4 trained
 
 
+def test_a_resume_with_other_tools_or_turns_is_refused(parts, tmp_path, scripted, capsys):
+    """The run identity covers the agent settings (tools, turns, length): a resume that changes one is refused
+    naming it, before any model loads."""
+    out = tmp_path / "out"
+    assert cli(argv(parts, out, "--max_steps", "1", "--save_steps", "1")) == 0
+    for change, key in ((("--agent_tools", "calculate_math"), "agent_tools"), (("--agent_max_turns", "2"),
+                                                                               "agent_max_turns")):
+        capsys.readouterr()
+        resume = ("--max_steps", "2", "--resume_from_checkpoint", str(out / "checkpoint-1"), "--overwrite_output_dir",
+                  "true", *change)  # fmt: skip
+        assert cli(argv(parts, out, *resume)) == 2
+        assert key in capsys.readouterr().err
+
+
 def test_agent_rollouts_train_a_lora_adapter(parts, tmp_path, scripted):
     out = tmp_path / "out"
     assert cli(argv(parts, out, "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "1",

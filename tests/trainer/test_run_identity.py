@@ -84,3 +84,25 @@ def test_an_older_record_without_the_run_is_checked_with_a_warning(sources, tmp_
     now, training_args = identity(tmp_path, sources, sources[2])
     check_same_run("ckpt", {"recipe": None}, training_args, now)
     assert "did not record the run's policy, tokenizer, rewards and data" in caplog.text
+
+
+def test_a_rollout_func_is_named_without_a_memory_address():
+    """A Python run's `rollout_func` is part of its identity: a function by its import name, the agent rollout by its
+    tools and limits (another tool set or turn count is another run), any other object by its class."""
+    from minimind_trl.agent.rollout import AgentRollout
+    from minimind_trl.agent.tools import Toolbox, mock_tool
+    from minimind_trl.trainer.run_identity import callable_identity
+
+    class Opaque:
+        def __call__(self, prompts, trainer):
+            return {}
+
+    assert callable_identity(test_a_rollout_func_is_named_without_a_memory_address).endswith(
+        "test_run_identity.test_a_rollout_func_is_named_without_a_memory_address"
+    )
+    assert "0x" not in callable_identity(Opaque()) and callable_identity(Opaque()).endswith("Opaque")
+    six = callable_identity(AgentRollout(Toolbox(), max_turns=3))
+    assert six == callable_identity(AgentRollout(Toolbox(), max_turns=3)) and "calculate_math" in six
+    assert six != callable_identity(AgentRollout(Toolbox([mock_tool("calculate_math")]), max_turns=3))
+    assert six != callable_identity(AgentRollout(Toolbox(), max_turns=2))
+    assert callable_identity(None) is None
