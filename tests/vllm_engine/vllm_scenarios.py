@@ -9,6 +9,8 @@ what it measured; the tests in this folder assert on it. vLLM spawns its engine 
   MiniMind folder as saved; greedy parity before training, weight sync after it.
 * `resume VARIANT`: the `colocate ... save` run resumed from its checkpoint-2 with vLLM rollouts.
 * `server VARIANT`: `trl vllm-serve`'s server on localhost on a MiniMind folder, TRL's client generating from it.
+* `agent`: `recipes/minimind3/agent/agent_rl.yaml` through the command's own stages with `use_vllm: true`
+  (colocate): multi-turn tool rollouts whose later turns vLLM generates, vLLM's log-probs as CISPO's old ones.
 """
 
 import json
@@ -395,12 +397,93 @@ def scenario_server(workdir: Path, variant: str) -> dict:
         log.close()
 
 
+# --------------------------------------------------------------------------- agent rollouts
+
+
+class AgentInputsProbe:
+    """From the loss's inputs: the turns each rollout trained (runs of mask 1), vLLM's log-probs where it gave them
+    (scripted first turns have none: NaN) against the trainer's, and what the registered loss took as old ones."""
+
+    def __init__(self, trainer):
+        self.keys, self.trained_runs, self.sampled_tokens = set(), 0, 0
+        self.old_vs_sampling, self.sampling_vs_trainer, self.fallback_tokens = 0.0, 0.0, 0
+        old_logps = trainer._old_per_token_logps
+        self.loss_mask = trainer._loss_mask
+
+        def recording_old_logps(inputs, per_token_logps):
+            old = old_logps(inputs, per_token_logps)
+            self.keys.update(inputs)
+            mask = self.loss_mask(inputs).bool()
+            sampling = inputs["sampling_per_token_logps"]
+            given = mask & ~torch.isnan(sampling)
+            self.sampled_tokens += int(given.sum())
+            self.fallback_tokens += int((mask & torch.isnan(sampling)).sum())
+            if given.any():
+                self.old_vs_sampling = max(self.old_vs_sampling, (old - sampling)[given].abs().max().item())
+                trainer_logps = per_token_logps.detach()
+                self.sampling_vs_trainer = max(self.sampling_vs_trainer,
+                                               (sampling - trainer_logps)[given].abs().max().item())  # fmt: skip
+            starts = mask[:, 1:] & ~mask[:, :-1]
+            self.trained_runs = max(self.trained_runs, int((starts.sum(dim=1) + mask[:, 0]).max()))
+            return old
+
+        trainer._old_per_token_logps = recording_old_logps
+
+
+def scenario_agent(workdir: Path) -> dict:
+    """2 steps of the agent recipe on a MiniMind-3 folder (Qwen3 in vLLM), fp32, first turns partly scripted to call
+    `calculate_math` (`grpo_fixtures.ScriptedToolCalls`: a random policy never calls), every later turn vLLM's."""
+    from grpo_fixtures import agent_rows, write_rows
+
+    from minimind_trl.cli.build import build_trainer
+    from minimind_trl.cli.grpo import run
+    from minimind_trl.grpo import parse_args
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+
+    tokenizer = build_minimind_tokenizer(generation="minimind3")
+    config = MiniMindConfig(num_hidden_layers=2, vocab_size=len(tokenizer), max_position_embeddings=1024,
+                            **VARIANTS["minimind3-dense-untied"])  # fmt: skip
+    torch.manual_seed(0)
+    folder = workdir / "policy"
+    MiniMindForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "minimind3" / "agent" / "agent_rl.yaml"
+    argv = [
+        "--config", str(recipe), "--model_name_or_path", str(folder), "--tokenizer_name_or_path", str(folder),
+        "--reward_model_name_or_path", str(write_tiny_internlm2_reward_model(workdir / "rm")),
+        "--dataset_name", write_rows(workdir / "agent_rl.jsonl", agent_rows(8)), "--output_dir", str(workdir / "out"),
+        "--max_steps", "2", "--save_strategy", "no", "--max_completion_length", "12", "--thinking_ratio", "0.5",
+        "--learning_rate", "0.01", "--use_cpu", "true", "--bf16", "false", "--save_native_pth", "false",
+        "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "1024",
+        "--vllm_importance_sampling_correction", "false", "--callbacks", "grpo_fixtures:ScriptedToolCalls",
+    ]  # fmt: skip
+    script_args, training_args, model_args, recipe_record = parse_args(argv)
+    trainer = build_trainer(script_args, training_args, model_args, recipe=recipe_record)
+    probe = AgentInputsProbe(trainer)
+    run(trainer, script_args)
+    logged = [entry for entry in trainer.state.log_history if "reward" in entry]
+    return {
+        "architecture": trainer.vllm_generation.llm.model_config.architecture,
+        "global_step": trainer.state.global_step,
+        "logged": logged,
+        "inputs_keys": sorted(probe.keys),
+        "max_trained_turns": probe.trained_runs,
+        "vllm_logprob_tokens": probe.sampled_tokens,
+        "scripted_tokens": probe.fallback_tokens,
+        "old_vs_sampling_max_diff": probe.old_vs_sampling,
+        "sampling_vs_trainer_max_diff": probe.sampling_vs_trainer,
+    }
+
+
 SCENARIOS = {
     "exports": scenario_exports,
     "transformers_backend": scenario_transformers_backend,
     "colocate": scenario_colocate,
     "resume": scenario_resume,
     "server": scenario_server,
+    "agent": scenario_agent,
 }
 
 if __name__ == "__main__":
