@@ -184,9 +184,9 @@ class GRPOScriptArguments(ScriptArguments):
         _check_rollout_settings(self)
 
 
-
 def _check_rollout_settings(args) -> None:
-    """`rollout` and the agent settings, each refused with its key: agent settings only count with `rollout: agent`."""
+    """`rollout` and the agent settings together, refused naming the key: agent settings count only with
+    `rollout: agent`."""
     if args.rollout not in ROLLOUTS:
         raise ValueError(f"rollout must be one of {ROLLOUTS}, got {args.rollout!r}")
     if args.rollout != "agent":
@@ -194,13 +194,7 @@ def _check_rollout_settings(args) -> None:
         if changed:
             raise ValueError(f"{', '.join(changed)} only apply with rollout: agent (rollout is {args.rollout!r})")
         return
-    if not (args.agent_tool_timeout > 0 and args.agent_tool_timeout != float("inf")):
-        raise ValueError(f"agent_tool_timeout must be a positive number of seconds, got {args.agent_tool_timeout}")
-    if args.agent_max_turns < 1:
-        raise ValueError(f"agent_max_turns must be at least 1, got {args.agent_max_turns}")
-    if args.agent_max_total_length is not None and args.agent_max_total_length < 2:
-        raise ValueError(f"agent_max_total_length must be at least 2 tokens (or None), got {args.agent_max_total_length}")
-    if args.system_prompt_ratio:
+    if args.system_prompt_ratio:  # the agent settings' ranges are checked with every other (config_ranges.py)
         raise ValueError(
             f"system_prompt_ratio={args.system_prompt_ratio}: upstream's agent data keeps its own system turn (the "
             "one carrying the tools); set it to 0 with rollout: agent"

@@ -141,6 +141,10 @@ RANGES: dict[str, Range] = {
     "reward_model_clip": POSITIVE,
     "thinking_ratio": _unset(PROBABILITY, "unset: TRL renders the messages"),
     "system_prompt_ratio": PROBABILITY,
+    # --- agent rollouts (rollout: agent)
+    "agent_tool_timeout": Range(0, low_open=True, note="seconds a tool call may take"),
+    "agent_max_turns": COUNT,
+    "agent_max_total_length": _unset(Range(2), "unset: no cut"),
     # --- vLLM
     "vllm_server_port": PORT,
     "vllm_group_port": PORT,
