@@ -104,7 +104,10 @@ def test_a_registered_loss_takes_vllms_log_probs_as_the_old_ones():
     current = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
     sampling = torch.tensor([[-1.1, float("nan"), -2.9]])
     old_of = MiniMindGRPOTrainer._old_per_token_logps
-    with_vllm, without = type("T", (), {"use_vllm": True})(), type("T", (), {"use_vllm": False})()
+    def trainer(use_vllm, rollout_func=None):
+        return type("T", (), {"use_vllm": use_vllm, "rollout_func": rollout_func})()
+
+    with_vllm, without = trainer(True), trainer(False)
     torch.testing.assert_close(old_of(with_vllm, {"sampling_per_token_logps": sampling}, current),
                                torch.tensor([[-1.1, -2.0, -2.9]]))  # fmt: skip
     trl_old = torch.tensor([[-0.5, -0.6, -0.7]])
@@ -112,3 +115,6 @@ def test_a_registered_loss_takes_vllms_log_probs_as_the_old_ones():
     torch.testing.assert_close(old_of(with_vllm, inputs, current), torch.tensor([[-1.1, -0.6, -2.9]]))
     assert old_of(without, inputs, current) is trl_old
     assert not old_of(with_vllm, {}, current).requires_grad
+    # A rollout_func (the agent rollout) is a rollout engine too: its log-probs are the old ones.
+    with_rollout_func = trainer(False, rollout_func=lambda *args: None)
+    torch.testing.assert_close(old_of(with_rollout_func, inputs, current), torch.tensor([[-1.1, -0.6, -2.9]]))
