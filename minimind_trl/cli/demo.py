@@ -61,7 +61,7 @@ from .demo_variants import (  # noqa: F401  (the recipes' names are the demo's p
     reward_kind,
     sampling,
 )
-from .flags import FlagParser
+from ..command_flags import FlagParser
 
 REWARD_MODEL_DIR = "_reward_model"
 GRPO_PROMPTS_FILE = "_grpo_prompts.jsonl"  # --rewards full: the bundled prompts less the held-out ones

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers.initialization import no_init_weights
 
-from ..cli.flags import FlagParser
+from ..command_flags import FlagParser
 from ..errors import ConversionError
 from ..loading_utils import (
     DTYPES,

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import torch
-from ..cli.flags import FlagParser
+from ..command_flags import FlagParser
 from ..errors import ConversionError, ExportError
 from ..loading_utils import (
     DTYPES,

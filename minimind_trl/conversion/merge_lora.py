@@ -10,7 +10,7 @@ import json
 import logging
 import os
 
-from ..cli.flags import FlagParser
+from ..command_flags import FlagParser
 from ..errors import MergeError
 from ..loading_utils import DTYPES, check_output_apart, check_output_folder, write_folder_atomically
 from ..trainer.run_safety import check_writable, os_error_line

@@ -8,7 +8,7 @@ import pytest
 
 from minimind_trl.cli import main as cli
 from minimind_trl.cli import demo
-from minimind_trl.cli.flags import both_spellings
+from minimind_trl.command_flags import both_spellings
 from minimind_trl.cli.recipe import make_parser
 from minimind_trl.conversion import convert, export, merge_lora
 from minimind_trl.errors import USER_ERROR_EXIT_CODE, MiniMindTRLError

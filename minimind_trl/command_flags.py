@@ -2,7 +2,8 @@
 
 `minimind-trl grpo` parses with TRL's `TrlParser`, which already accepts both spellings of a field; the
 argparse commands (`convert`, `export`, `merge-lora`, `demo`) build their parser with `FlagParser`, which
-registers both spellings of every long option it is given.
+registers both spellings of every long option it is given. A floor-one module, not part of `cli/`, because
+`conversion/`'s commands (one layer below `cli/`) build their parsers with it too.
 """
 
 import argparse
