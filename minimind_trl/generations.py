@@ -18,7 +18,7 @@ from typing import Any
 
 TRAINING = "training"  # a `MiniMindGRPOConfig` field
 SCRIPT = "script"  # a field of the command's script arguments (rewards, data), not of the config
-DERIVED = "derived"  # what the run does, computed from several config fields (see `_run_value`)
+DERIVED = "derived"  # what the run does, computed from several config fields (the config's `setting_value`)
 
 
 @dataclass(frozen=True)
@@ -251,10 +251,9 @@ _NOT_AVAILABLE = "not available"
 
 
 def _run_value(setting: UpstreamSetting, training_args, script_args):
-    if setting.name == "loss_aggregation":
-        from .trainer.loss_aggregation import effective_loss_aggregation
-
-        return effective_loss_aggregation(training_args.loss_type, getattr(training_args, "loss_aggregation", None))
+    read = getattr(training_args, "setting_value", None)  # MiniMindGRPOConfig's: derived settings computed
+    if read is not None and setting.kind != SCRIPT and hasattr(training_args, setting.name):
+        return read(setting.name)
     for source in (training_args, script_args) if setting.kind == TRAINING else (script_args, training_args):
         if source is not None and hasattr(source, setting.name):
             return getattr(source, setting.name)

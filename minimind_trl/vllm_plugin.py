@@ -9,7 +9,9 @@ names, so the folder's weights load as they are, and TRL's weight sync (the poli
 head sent once as `model.embed_tokens.weight`) reaches every tensor.
 
 MiniMind2 MoE has no such architecture (its shared expert is added unweighted): vLLM refuses the folder, naming
-why. Nothing here imports vLLM at import time: vLLM is optional, and `register` runs inside vLLM.
+why. Nothing here imports vLLM at import time: vLLM is optional, and `register` runs inside vLLM. On floor 3,
+below the trainer (docs/architecture.md#layers): the trainer checks a policy with `native_config` before it
+starts a colocated engine.
 """
 
 from __future__ import annotations

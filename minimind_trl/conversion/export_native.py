@@ -3,6 +3,9 @@
 The state dict is the one upstream loads with `load_state_dict(strict=True)` (same keys, both tied keys). A bare
 `.pth` does not record the head count, RoPE or routing settings, so `<stem>.config.json` beside it holds the
 upstream `MiniMindConfig` kwargs (`minimind-trl convert --config` and the GRPO command read it back).
+
+On floor 3 with the rewards, below the trainer (docs/architecture.md#layers): the trainer writes upstream's `.pth`
+beside every checkpoint with it, as upstream's `train_grpo.py` saves.
 """
 
 import json

@@ -14,7 +14,7 @@ from ..generations import get_generation, render_generations_table
 from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
 from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
-from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION
+from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION, effective_loss_aggregation
 from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
 
 SAMPLING_WEIGHTS_DTYPES = ("auto", "bfloat16", "float16")  # or None
@@ -368,6 +368,14 @@ class MiniMindGRPOConfig(GRPOConfig):
             )
         if self.sampling_weights_dtype not in (None, "auto") and not self.fast_sampling:
             raise ValueError("sampling_weights_dtype needs fast_sampling: true (it is the lean sampler's option)")
+
+    def setting_value(self, name: str):
+        """What the run does for the setting `name`: the field, or for a derived setting the value the fields
+        imply (TRL's loss types fix their own aggregation). `generations.compare` reads a run through it, since the
+        record of upstream's defaults sits below the trainer and cannot compute them."""
+        if name == "loss_aggregation":
+            return effective_loss_aggregation(self.loss_type, self.loss_aggregation)
+        return getattr(self, name)
 
     def _check_sampling_and_weights(self):
         """Values the CLI, recipes and the Python API all pass through here (a recipe skips argparse's checks):
