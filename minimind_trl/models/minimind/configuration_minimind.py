@@ -23,7 +23,7 @@ from transformers import PretrainedConfig
 
 MINIMIND2 = "minimind2"
 MINIMIND3 = "minimind3"
-GENERATIONS = (MINIMIND2, MINIMIND3)
+MODEL_GENERATIONS = (MINIMIND2, MINIMIND3)  # the two architectures (their GRPO recipes: minimind_trl.generations)
 
 # Upstream's YaRN settings for `inference_rope_scaling=True` (identical in both generations).
 UPSTREAM_YARN = {
@@ -163,8 +163,8 @@ class MiniMindConfig(PretrainedConfig):
         # MiniMind has no router-logits output (its loss travels as `aux_loss`), so a saved flag is dropped here.
         kwargs.pop("output_router_logits", None)
 
-        if minimind_generation not in GENERATIONS:
-            raise ValueError(f"minimind_generation must be one of {GENERATIONS}, got {minimind_generation!r}")
+        if minimind_generation not in MODEL_GENERATIONS:
+            raise ValueError(f"minimind_generation must be one of {MODEL_GENERATIONS}, got {minimind_generation!r}")
         defaults = _DEFAULTS[minimind_generation]
         hidden_size = defaults["hidden_size"] if hidden_size is None else hidden_size
         if minimind_generation == MINIMIND2 and head_dim not in (None, hidden_size // num_attention_heads):
