@@ -33,8 +33,25 @@ def test_a_minimind3_run_is_compared_with_minimind3(tmp_path):
     assert "| thinking_ratio | 0.9 | 0.9 | --thinking_ratio | yes |" in text
     assert "| dataset_roles | data | data | RLAIFDataset: each turn's own role | yes |" in text
     assert "| reasoning |" not in text  # MiniMind2's flag
+
+
+@pytest.mark.parametrize("name", list(GENERATIONS))
+def test_a_run_with_a_generations_values_matches_each_of_its_rows(tmp_path, name):
+    """Every generation of the record: a run set to its values is compared with it, one row per setting (script
+    rows with the command's arguments), each the same; one changed value shows as the one departure."""
+    generation = GENERATIONS[name]
+    values = {row.name: row.value for row in generation.rows() if row.kind == "training"}
+    script_values = {row.name: row.value for row in generation.rows() if row.kind == "script"}
+    script_values["reward_funcs"] = list(script_values["reward_funcs"])
+    args = MiniMindGRPOConfig(str(tmp_path), use_cpu=True, upstream=name, **values)
+    text = section(args, GRPOScriptArguments(**script_values))
+    assert f"(upstream parity: {generation.title})" in text
     rows = [line for line in text.splitlines() if line.endswith(("| yes |", "| no |"))]
-    assert len(rows) == len(GENERATIONS["minimind3"].rows()) and all(line.endswith("| yes |") for line in rows)
+    assert len(rows) == len(generation.rows()) and all(line.endswith("| yes |") for line in rows)
+    changed = MiniMindGRPOConfig(str(tmp_path), use_cpu=True, upstream=name, **{**values, "beta": 0.5})
+    departures = [line for line in section(changed, GRPOScriptArguments(**script_values)).splitlines()
+                  if line.endswith("| no |")]  # fmt: skip
+    assert len(departures) == 1 and departures[0].startswith("| beta | 0.5 |"), departures
 
 
 def test_trls_cispo_shows_as_a_different_aggregation(tmp_path):
@@ -46,7 +63,7 @@ def test_trls_cispo_shows_as_a_different_aggregation(tmp_path):
 
 def test_a_run_without_upstream_is_compared_with_the_seed(tmp_path):
     text = section(MiniMindGRPOConfig(str(tmp_path), use_cpu=True))
-    assert "(upstream parity: MiniMind2 (fea69cf))" in text
+    assert f"(upstream parity: {GENERATIONS['minimind2'].title})" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and line.endswith(("| yes |", "| no |"))]
     assert len(rows) == sum(row.kind != "script" for row in GENERATIONS["minimind2"].rows())
     assert all(line.endswith("| yes |") for line in rows)  # the defaults are the seed's
