@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..rewards.registry import REWARD_MODEL_REWARDS
-from ..generations import SCRIPT, TRAINING, compare, format_value, get_generation, same_value
+from ..generations import SCRIPT, TRAINING, UPSTREAMS, compare, format_value, get_generation, same_value
 
 # (setting, upstream flag, upstream's value) of every config field the seed (the minimind2 record, whose defaults the
 # config keeps) sets; tests check them against MiniMindGRPOConfig's defaults and the seed recipes.
@@ -73,6 +73,11 @@ def final_metrics(log_history: list[dict]) -> dict:
     return metrics
 
 
+def _source(title: str) -> str:
+    """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
+    return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
+
+
 def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str | None) -> str:
     lines = [CARD_SECTION_TITLE, ""]
     lines.append(f"- **Base model:** `{card.base_model}`")
@@ -100,7 +105,7 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
 
     lines += [
         "",
-        f"### Settings against MiniMind's `train_grpo.py` (upstream parity: {card.upstream})",
+        f"### Settings against {_source(card.upstream)} (upstream parity: {card.upstream})",
         "",
         "| setting | this run | upstream | upstream flag | same |",
         "|---|---|---|---|---|",
