@@ -92,7 +92,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         run_identity: dict | None = None,
         **trl_kwargs,
     ):
-        check_trainer_arguments(model, reward_funcs)
+        given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
+        check_trainer_arguments(model, reward_funcs, given.arguments.get("environment_factory"))
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "MiniMind"
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
