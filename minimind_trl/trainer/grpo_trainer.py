@@ -50,7 +50,14 @@ from . import cpu_precision
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_aggregation
-from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings, upstream_title
+from .model_card import (
+    RunCard,
+    extend_model_card,
+    peft_summary,
+    render_run_section,
+    upstream_settings,
+    upstream_title,
+)
 from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, get_policy_loss, k3_kl, upto_first_eos_mask
 from .trl_overrides import reference_copy, trl_init_overrides
 from .vllm_rollouts import (
@@ -397,16 +404,13 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     # --- model card ------------------------------------------------------------------------------------
 
     def _default_run_card(self, model, peft_config) -> RunCard:
-        """What the trainer itself knows about the run: base model, reward functions and weights, LoRA, settings."""
+        """What the trainer itself knows about the run: base model, reward functions and weights, PEFT, settings."""
         base_model = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "in-memory model"
-        lora = None
-        if peft_config is not None:
-            lora = {"r": peft_config.r, "alpha": peft_config.lora_alpha, "targets": peft_config.target_modules}
         return RunCard(
             base_model=base_model,
             reward_funcs=list(self.reward_func_names),
             reward_weights=self.reward_weights.tolist(),
-            lora=lora,
+            peft=peft_summary(peft_config),
             settings=upstream_settings(self.args),
             upstream=upstream_title(self.args),
         )

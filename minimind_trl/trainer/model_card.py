@@ -31,7 +31,7 @@ class RunCard:
     reward_weights: list[float] = field(default_factory=list)
     reward_model: str | None = None
     dataset: str | None = None
-    lora: dict | None = None
+    peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
     upstream: str = get_generation(None).title  # the generation `settings` compares against
 
@@ -42,6 +42,24 @@ def upstream_settings(training_args, script_args=None) -> list[tuple]:
     arguments (`reward_funcs`, `reasoning`, `reward_model_clip`, ...)."""
     generation = get_generation(getattr(training_args, "upstream", None))
     return [(row.name, row.run_value, row.upstream_value, row.flag) for row in compare(generation, training_args, script_args)]
+
+
+# The settings a card shows per PEFT method family (any others: the method alone)
+_PEFT_CARD_FIELDS = {"r": "r", "lora_alpha": "alpha", "target_modules": "targets", "num_virtual_tokens": "virtual_tokens"}
+
+
+def peft_summary(peft_config) -> dict | None:
+    """What the card says about a PEFT adapter: its method (`LORA`, `PROMPT_TUNING`, ...) and those of its rank,
+    alpha, target modules and virtual tokens it has; any PEFT config works (prompt learning has no rank)."""
+    if peft_config is None:
+        return None
+    method = getattr(peft_config, "peft_type", None)
+    summary = {"method": getattr(method, "value", method) or type(peft_config).__name__}
+    for name, shown in _PEFT_CARD_FIELDS.items():
+        value = getattr(peft_config, name, None)
+        if value is not None:
+            summary[shown] = sorted(value) if isinstance(value, (set, frozenset)) else value
+    return summary
 
 
 def upstream_title(training_args) -> str:
@@ -87,8 +105,8 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         lines.append(
             f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
         )
-    if card.lora:
-        lines.append(f"- **LoRA:** {', '.join(f'{k}={v}' for k, v in card.lora.items())}")
+    if card.peft:
+        lines.append(f"- **PEFT:** {', '.join(f'{k}={v}' for k, v in card.peft.items())}")
     lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
     weights = card.reward_weights or [1.0] * len(card.reward_funcs)
     for name, weight in zip(card.reward_funcs, weights):
@@ -168,6 +186,7 @@ __all__ = [
     "UPSTREAM_SETTINGS",
     "extend_model_card",
     "final_metrics",
+    "peft_summary",
     "render_run_section",
     "upstream_settings",
     "upstream_title",
