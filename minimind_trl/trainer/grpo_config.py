@@ -50,11 +50,11 @@ class MiniMindGRPOConfig(GRPOConfig):
             tokens of the accumulated batch), `"local-token-mean"` (`bnpo`), `"seq-mean-token-sum-norm"`
             (`dr_grpo`), `"seq-mean-token-sum"` (`luspo`). TRL's loss types aggregate their own way: leave it unset.
         upstream (`str` or `None`, *optional*, defaults to `None`):
-            The upstream generation the run follows (`minimind_trl.generations`: `"minimind2"`, `"minimind3"`, or
-            `"trl"`: TRL's own `GRPOConfig` defaults). It sets no value itself: the model card's parity table compares
-            the run against it (`None`: against `minimind2`, whose defaults these are) and `minimind-trl grpo` lists
-            where a recipe setting it departs from that generation. [`~MiniMindGRPOConfig.trl_defaults`] builds a
-            config with TRL's defaults (and `upstream="trl"`).
+            The upstream generation the run follows (`minimind_trl.generations`: `"minimind2"`, `"minimind3"`,
+            `"minimind3_agent"`, or `"trl"`: TRL's own `GRPOConfig` defaults). It sets no value itself: the model
+            card's parity table compares the run against it (`None`: against `minimind2`, whose defaults these
+            are) and `minimind-trl grpo` lists where a recipe setting it departs from that generation.
+            [`~MiniMindGRPOConfig.trl_defaults`] builds a config with TRL's defaults (and `upstream="trl"`).
         tempered_logprobs (`bool`, *optional*, defaults to `False`):
             Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: upstream
             samples at 0.8 but scores with untempered logits. With `use_vllm` it also chooses the log-probs vLLM
