@@ -73,7 +73,7 @@ def build_from_plan(
     dataset = render_per_prompt(dataset, tokenizer, script_args, training_args)
     rollout_func = None
     if script_args.rollout == "agent":
-        check_agent_tokenizer(tokenizer)
+        check_agent_tokenizer(tokenizer, script_args.thinking_ratio, training_args.chat_template_kwargs)
         rollout_func = build_agent_rollout(script_args)
     reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
