@@ -45,7 +45,7 @@ from .run_identity import trainer_run_identity
 from .output_dir import reward_model_sources, run_inputs
 from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
-from .extras import check_extras
+from .extras import EXTRAS, check_extras
 from . import cpu_precision
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
@@ -106,7 +106,11 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(args, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
-        check_extras(args)  # vLLM, liger-kernel: named now, not in a traceback after the models load
+        # vLLM, liger-kernel: named now, not in a traceback after the models load. With a policy the caller built,
+        # liger-kernel (imported only when training starts) is named after TRL's own argument checks, which hold
+        # with or without it (e.g. an adapter on lm_head), so TRL's errors come first as with GRPOTrainer.
+        after_trl = ("use_liger_kernel",) if not isinstance(model, str) else ()
+        check_extras(args, [option for option in EXTRAS if option not in after_trl])
         check_vllm_policy(model, args)
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
         peft_config = bound.arguments.get("peft_config")
@@ -118,6 +122,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
         with trl_init_overrides(scoring_temperature, reference, colocated_engine_kwargs(args)):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
+        check_extras(args, after_trl)
         if self.use_vllm:
             reload_layerwise_on_cpu(self.vllm_generation)
         uses_vllm_logprobs = args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES
