@@ -2,6 +2,9 @@
 
 `GENERATIONS["minimind2"]` is the seed (fea69cf), whose defaults `MiniMindGRPOConfig` keeps;
 `GENERATIONS["minimind3"]` is upstream's HEAD (d65ef2c), whose `trainer/train_grpo.py` trains a different GRPO.
+`TRL_DEFAULTS` (`upstream: trl`) is not a MiniMind generation but TRL's own `GRPOConfig`: the defaults
+`MiniMindGRPOConfig.trl_defaults()` takes, so a TRL user can swap `GRPOTrainer` for `MiniMindGRPOTrainer` and keep
+TRL's algorithm (docs/parity.md#as-a-grpotrainer).
 A record holds the reward set (names in `minimind_trl.rewards.registry.REWARDS`), the advantage estimator, the
 policy loss and its aggregation (names in `minimind_trl.trainer`'s registries) and every other default, each
 with the upstream flag it stands for. From the records come the model card's parity table (`compare`), the
@@ -39,12 +42,13 @@ class Generation:
     name: str
     label: str
     commit: str
-    reward_funcs: UpstreamSetting
+    reward_funcs: UpstreamSetting | None  # None: no reward set of its own (TRL)
     advantage_estimator: UpstreamSetting
     loss_type: UpstreamSetting
     loss_aggregation: UpstreamSetting
     settings: tuple[UpstreamSetting, ...]
     notes: tuple[str, ...] = ()
+    source: str = "MiniMind's `train_grpo.py`"  # what a run is compared against, in the model card's words
 
     @property
     def title(self) -> str:
@@ -52,7 +56,8 @@ class Generation:
 
     def rows(self) -> tuple[UpstreamSetting, ...]:
         """The algorithm first (rewards, advantages, loss, aggregation), then every other default."""
-        return (self.reward_funcs, self.advantage_estimator, self.loss_type, self.loss_aggregation, *self.settings)
+        algorithm = (self.reward_funcs, self.advantage_estimator, self.loss_type, self.loss_aggregation)
+        return (*(row for row in algorithm if row is not None), *self.settings)
 
     def setting(self, name: str) -> UpstreamSetting | None:
         return next((row for row in self.rows() if row.name == name), None)
@@ -223,16 +228,54 @@ MINIMIND3_AGENT = Generation(
     ),
 )
 
+# TRL 1.16's `GRPOConfig` defaults wherever `MiniMindGRPOConfig`'s differ, and TRL's behaviour for the settings it
+# has no field for (tests/test_generations.py checks every value against the installed TRL).
+TRL_DEFAULTS = Generation(
+    name="trl",
+    label="TRL GRPOConfig",
+    commit="trl 1.16",
+    source="TRL's `GRPOConfig` defaults",
+    reward_funcs=None,
+    advantage_estimator=UpstreamSetting("advantage_estimator", "trl", "scale_rewards, multi_objective_aggregation"),
+    loss_type=UpstreamSetting("loss_type", "dapo", "GRPOConfig.loss_type"),
+    loss_aggregation=UpstreamSetting("loss_aggregation", "token-mean", "dapo: over the batch's tokens", DERIVED),
+    settings=(
+        UpstreamSetting("learning_rate", 1e-6, "GRPOConfig.learning_rate"),
+        UpstreamSetting("lr_scheduler_type", "linear", "TrainingArguments.lr_scheduler_type"),
+        UpstreamSetting("weight_decay", 0.0, "TrainingArguments.weight_decay"),
+        UpstreamSetting("num_train_epochs", 3.0, "TrainingArguments.num_train_epochs"),
+        UpstreamSetting("per_device_train_batch_size", 8, "GRPOConfig.per_device_train_batch_size"),
+        UpstreamSetting("steps_per_generation", "gradient_accumulation_steps", "GRPOConfig: None", DERIVED),
+        UpstreamSetting("max_prompt_length", None, "no prompt truncation in TRL 1.16"),
+        UpstreamSetting("max_completion_length", 512, "GRPOConfig.max_completion_length"),
+        UpstreamSetting("temperature", 1.0, "GRPOConfig.temperature"),
+        UpstreamSetting("top_k", 0, "GRPOConfig.top_k"),
+        UpstreamSetting("beta", 0.0, "GRPOConfig.beta"),
+        UpstreamSetting("use_bias_correction_kl", True, "GRPOConfig.use_bias_correction_kl"),
+        UpstreamSetting("tempered_logprobs", True, "log-probs at the sampling temperature"),
+        UpstreamSetting("gradient_checkpointing", True, "GRPOConfig.gradient_checkpointing"),
+        UpstreamSetting("moe_aux_loss_weight", 0.0, "router-logits aux loss only (MiniMind returns none)"),
+        UpstreamSetting("logging_steps", 10, "GRPOConfig.logging_steps"),
+        UpstreamSetting("save_steps", 500, "TrainingArguments.save_steps"),
+    ),
+    notes=(
+        "TRL has no default reward: `reward_funcs` (or environments with `get_reward`) are always the caller's.",
+        "`steps_per_generation` unset generates once per optimizer step (every `gradient_accumulation_steps`).",
+        "`bf16` unset is chosen per machine as for every run (docs/cpu.md): TRL's bf16 on GPUs.",
+    ),
+)
+
 GENERATIONS = {generation.name: generation for generation in (MINIMIND2, MINIMIND3, MINIMIND3_AGENT)}
+UPSTREAMS = {**GENERATIONS, TRL_DEFAULTS.name: TRL_DEFAULTS}  # what `upstream:` may name
 DEFAULTS_GENERATION = "minimind2"  # the generation `MiniMindGRPOConfig`'s defaults follow
 
 
 def get_generation(name: str | None) -> Generation:
     """The record of `name` (None: the one the config's defaults follow)."""
     name = DEFAULTS_GENERATION if name is None else name
-    if name not in GENERATIONS:
-        raise ValueError(f"unknown upstream generation {name!r}; known: {', '.join(GENERATIONS)}")
-    return GENERATIONS[name]
+    if name not in UPSTREAMS:
+        raise ValueError(f"unknown upstream generation {name!r}; known: {', '.join(UPSTREAMS)}")
+    return UPSTREAMS[name]
 
 
 # --------------------------------------------------------------------------- comparing a run
@@ -251,6 +294,9 @@ _NOT_AVAILABLE = "not available"
 
 
 def _run_value(setting: UpstreamSetting, training_args, script_args):
+    if setting.name == "steps_per_generation" and setting.kind == DERIVED:  # TRL's: one generation per optimizer step
+        steps = training_args.steps_per_generation
+        return "gradient_accumulation_steps" if steps == training_args.gradient_accumulation_steps else steps
     read = getattr(training_args, "setting_value", None)  # MiniMindGRPOConfig's: derived settings computed
     if read is not None and setting.kind != SCRIPT and hasattr(training_args, setting.name):
         return read(setting.name)
@@ -332,6 +378,8 @@ def render_generations_table(generations=None) -> str:
 __all__ = [
     "DEFAULTS_GENERATION",
     "GENERATIONS",
+    "TRL_DEFAULTS",
+    "UPSTREAMS",
     "Comparison",
     "Generation",
     "UpstreamSetting",

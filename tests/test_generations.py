@@ -227,3 +227,38 @@ def test_docs_example_registers_a_loss_and_an_estimator_that_train(registries, t
     trainer.train()
     moved = [not torch.equal(a, b) for a, b in zip(initial.parameters(), trainer.model.parameters())]
     assert trainer.state.global_step == 2 and all(moved)
+
+
+# --------------------------------------------------------------------------- TRL's defaults (upstream: trl)
+
+
+def test_the_trl_record_is_the_installed_trls_defaults():
+    """Each `trl` row is what TRL's own `GRPOConfig` holds once built (its field defaults and `__post_init__`)."""
+    from trl import GRPOConfig
+
+    record = get_generation("trl")
+    trl_args = GRPOConfig("out", use_cpu=True)
+    for row in record.rows():
+        if row.kind == TRAINING and row.name in {f.name for f in dataclasses.fields(GRPOConfig)}:
+            assert same_value(getattr(trl_args, row.name), row.value), (row.name, getattr(trl_args, row.name))
+        else:
+            assert row.kind == DERIVED or row.name in CONFIG_FIELDS - {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert effective_loss_aggregation(record.loss_type.value, None) == record.loss_aggregation.value
+    assert trl_args.steps_per_generation == trl_args.gradient_accumulation_steps  # the derived row's rule
+    differing = {
+        f.name
+        for f in dataclasses.fields(MiniMindGRPOConfig)
+        if f.name in {g.name for g in dataclasses.fields(GRPOConfig)}
+        and f.default != GRPOConfig.__dataclass_fields__[f.name].default
+    }
+    assert differing - {"bf16"} <= {row.name for row in record.rows()}  # every default of ours that differs
+
+
+def test_a_run_declaring_trl_lists_what_departs_from_trl(tmp_path):
+    trl = get_generation("trl")
+    assert deviations(trl, MiniMindGRPOConfig.trl_defaults(str(tmp_path), use_cpu=True)) == []
+    seed = {row.name: (row.run_value, row.upstream_value) for row in deviations(trl, config(tmp_path))}
+    assert seed["loss_type"] == ("grpo", "dapo") and seed["learning_rate"] == (8e-8, 1e-6)
+    assert "steps_per_generation" not in seed  # 1 == gradient_accumulation_steps here
+    accumulating = deviations(trl, config(tmp_path, gradient_accumulation_steps=4))
+    assert [row.run_value for row in accumulating if row.name == "steps_per_generation"] == [1]

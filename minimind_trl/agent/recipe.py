@@ -9,7 +9,7 @@ import logging
 
 from ..errors import RecipeError
 from ..prompt_rendering import OPEN_THINKING_KWARG
-from .rollout import AgentRollout
+from .rollout import AgentRollout, observation_ids, render_text
 from .tools import recipe_toolbox
 
 logger = logging.getLogger(__name__)
@@ -42,14 +42,44 @@ def check_agent_recipe(script_args, training_args) -> None:
         )
 
 
-def check_agent_tokenizer(tokenizer) -> None:
-    """The chat template must show the tools (MiniMind-3's writes a `# Tools` block); MiniMind2's does not."""
-    template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str) or "tools" not in template:
-        raise RecipeError(
-            "rollout: agent renders each sample's tool schemas into its prompt, but this tokenizer's chat template "
-            "does not read `tools` (MiniMind-3's does): use a MiniMind-3 tokenizer (tokenizer_name_or_path)"
-        )
+_PROBE_TOOL = {"type": "function", "function": {"name": "agent_probe_tool", "description": "probe",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+_PROBE_RESULT = "agent probe result"
+
+
+def check_agent_tokenizer(tokenizer, thinking_ratio: float | None = None, template_kwargs=None) -> None:
+    """Refuse a chat template the agent rollout cannot run on: it must show each sample's tool schemas in the prompt
+    and write tool results after the assistant's EOS (MiniMind2's fea69cf template and MiniMind-3's both do), and,
+    when `thinking_ratio` opens thoughts, honour `open_thinking` (MiniMind-3's only)."""
+    from jinja2 import TemplateError
+
+    kwargs = dict(template_kwargs or {})
+    user = [{"role": "user", "content": "x"}]
+    if not isinstance(getattr(tokenizer, "chat_template", None), str):
+        raise RecipeError("rollout: agent renders prompts with the chat template, but this tokenizer has none: use a "
+                          "MiniMind-3 tokenizer (tokenizer_name_or_path)")
+    try:
+        prompt = render_text(tokenizer, user, tools=[_PROBE_TOOL], template_kwargs=kwargs)
+        observation = tokenizer.decode(observation_ids(tokenizer, [_PROBE_RESULT], template_kwargs=kwargs,
+                                                       generation_prompt=True))
+    except (TemplateError, TypeError, ValueError) as error:
+        raise RecipeError(f"rollout: agent cannot render tool turns with this tokenizer's chat template ({error}): "
+                          "use a MiniMind-3 tokenizer (tokenizer_name_or_path)") from None
+    if _PROBE_TOOL["function"]["name"] not in prompt:
+        raise RecipeError("rollout: agent renders each sample's tool schemas into its prompt, but this tokenizer's "
+                          "chat template does not read `tools`: use a MiniMind-3 tokenizer (tokenizer_name_or_path)")
+    if _PROBE_RESULT not in observation:
+        raise RecipeError("rollout: agent appends tool results as `tool` messages, but this tokenizer's chat template "
+                          "does not render them: use a MiniMind-3 tokenizer (tokenizer_name_or_path)")
+    if thinking_ratio:
+        opened, closed = (render_text(tokenizer, user, tools=None, template_kwargs={**kwargs, OPEN_THINKING_KWARG: v})
+                          for v in (True, False))
+        if opened == closed:
+            raise RecipeError(
+                f"thinking_ratio={thinking_ratio} opens a thought in some rollouts (open_thinking=true), but this "
+                "tokenizer's chat template ignores open_thinking (MiniMind-3's reads it): set thinking_ratio: 0 or "
+                "use a MiniMind-3 tokenizer (tokenizer_name_or_path)"
+            )
 
 
 def build_agent_rollout(script_args) -> AgentRollout:

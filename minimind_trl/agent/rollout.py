@@ -59,13 +59,19 @@ class Transcript:
         return self.prompt_ids + self.response_ids
 
 
-def render_ids(tokenizer, messages, *, tools, template_kwargs: Mapping, generation_prompt: bool = True) -> list[int]:
-    """The conversation rendered by the chat template and tokenized as upstream tokenizes it (the text, without
-    added special tokens)."""
-    text = tokenizer.apply_chat_template(
+def render_text(tokenizer, messages, *, tools, template_kwargs: Mapping, generation_prompt: bool = True) -> str:
+    """The conversation rendered by the chat template."""
+    return tokenizer.apply_chat_template(
         [dict(message) for message in messages], tools=tools, tokenize=False,
         add_generation_prompt=generation_prompt, **template_kwargs,
     )
+
+
+def render_ids(tokenizer, messages, *, tools, template_kwargs: Mapping, generation_prompt: bool = True) -> list[int]:
+    """The conversation rendered by the chat template and tokenized as upstream tokenizes it (the text, without
+    added special tokens)."""
+    text = render_text(tokenizer, messages, tools=tools, template_kwargs=template_kwargs,
+                       generation_prompt=generation_prompt)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

@@ -9,7 +9,7 @@ from ..data import load_rlaif_dataset
 from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
-from ..trainer.model_card import RunCard, upstream_settings, upstream_title
+from ..trainer.model_card import RunCard, peft_summary, upstream_settings, upstream_title
 from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
 from .recipe import Recipe
 from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering
@@ -44,7 +44,7 @@ def render_per_prompt(dataset, tokenizer, script_args, training_args):
     return with_rendered_prompts(dataset, tokenizer, rendering, training_args.chat_template_kwargs)
 
 
-def run_card(script_args, training_args, model_args, base_model: str, recipe: Recipe, lora: bool) -> RunCard:
+def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config) -> RunCard:
     """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
     return RunCard(
         base_model=base_model,
@@ -55,11 +55,7 @@ def run_card(script_args, training_args, model_args, base_model: str, recipe: Re
         reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
         reward_model=script_args.reward_model_name_or_path,
         dataset=script_args.dataset_name,
-        lora=(
-            {"r": model_args.lora_r, "alpha": model_args.lora_alpha, "targets": model_args.lora_target_modules}
-            if lora
-            else None
-        ),
+        peft=peft_summary(peft_config),
         settings=upstream_settings(training_args, script_args),
         upstream=upstream_title(training_args),
     )
@@ -77,7 +73,7 @@ def build_from_plan(
     dataset = render_per_prompt(dataset, tokenizer, script_args, training_args)
     rollout_func = None
     if script_args.rollout == "agent":
-        check_agent_tokenizer(tokenizer)
+        check_agent_tokenizer(tokenizer, script_args.thinking_ratio, training_args.chat_template_kwargs)
         rollout_func = build_agent_rollout(script_args)
     reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
@@ -92,9 +88,7 @@ def build_from_plan(
         peft_config=peft_config,
         rollout_func=rollout_func,
         run_identity=plan.run_identity,
-        run_card=run_card(
-            script_args, training_args, model_args, policy.base_model, recipe or Recipe(), peft_config is not None
-        ),
+        run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
     )
 
 

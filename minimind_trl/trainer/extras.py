@@ -22,9 +22,11 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def check_extras(args) -> None:
-    """A `RecipeError` naming the option and the package when an option needs a package that is not installed."""
-    for option, (enabled, module, install) in EXTRAS.items():
+def check_extras(args, options=tuple(EXTRAS)) -> None:
+    """A `RecipeError` naming the option and the package when one of `options` needs a package that is not
+    installed."""
+    for option in options:
+        enabled, module, install = EXTRAS[option]
         if enabled(args) and not _installed(module):
             raise RecipeError(f"{option}: true needs the {module} package, which is not installed: {install}")
 

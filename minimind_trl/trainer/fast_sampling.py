@@ -36,15 +36,27 @@ Use it around code that calls `model.generate` (e.g. TRL's GRPO generation step)
     sampler = FastSampler()
     with sampler.patch(model):
         ...  # model.generate(...) now runs the lean loop where it applies
+
+The lean loop stands in for transformers' own `generate` only. When `model.generate` is anything else (a subclass
+that overrides it, a function set on the instance or a mock, as TRL's tests inject completions, PEFT's prompt
+learning, which adds its virtual tokens in its own `generate`), `patch` leaves it alone and says so once
+(`custom_generate`).
 """
 
 import copy
+import logging
 from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache, GenerationConfig
+from transformers.generation.utils import GenerationMixin
 
 from .decode_kernel import DecodeKernel
+
+logger = logging.getLogger(__name__)
+
+# transformers' own `generate`, taken at import: a later patch of `GenerationMixin.generate` shows as a difference
+_STOCK_GENERATE = GenerationMixin.generate
 
 # GenerationConfig fields the lean loop implements (within the limits `unsupported_settings` checks).
 SUPPORTED_FIELDS = frozenset(
@@ -103,6 +115,29 @@ def unsupported_settings(config: GenerationConfig) -> list[str]:
     return problems
 
 
+def custom_generate(model) -> str | None:
+    """Why `model.generate` is not transformers' own `generate`, which the lean loop would bypass; None when it is.
+
+    A PEFT model's `generate` is PEFT's, which runs the base model's with the adapters active: the lean loop decodes
+    through the same forward, so it stands in as long as the base model's `generate` is stock and the adapter is not
+    prompt learning (whose virtual tokens PEFT's `generate` prepends).
+    """
+    from accelerate.utils import is_peft_model
+
+    name = type(model).__name__
+    if "generate" in vars(model):
+        return f"{name}.generate is set on the instance"
+    if is_peft_model(model):
+        if model.active_peft_config.is_prompt_learning:
+            return f"PEFT {model.active_peft_config.peft_type.value} generates through PEFT's own generate"
+        if not getattr(type(model).generate, "__module__", "").startswith("peft."):
+            return f"{name}.generate overrides PEFT's"
+        return custom_generate(model.get_base_model())
+    if getattr(type(model), "generate", None) is not _STOCK_GENERATE:
+        return f"{name}.generate is not transformers' GenerationMixin.generate (overridden or patched)"
+    return None
+
+
 def _eos_ids(config: GenerationConfig, device) -> torch.Tensor:
     eos = config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
@@ -145,6 +180,7 @@ class FastSampler:
         self._shadow_of: int | None = None
         self._kernel: DecodeKernel | None = None
         self._kernel_of: int | None = None
+        self._stepped_aside: set[str] = set()  # the reasons already logged
 
     def kernel_applies(self, model: torch.nn.Module) -> bool:
         """Whether decoding `model` goes through the packed kernel."""
@@ -271,9 +307,15 @@ class FastSampler:
 
     @contextmanager
     def patch(self, model):
-        """Route `model.generate` through `self.generate` inside the block (stock `generate` where unsupported)."""
-        if "generate" in model.__dict__:
-            raise RuntimeError(f"{type(model).__name__}.generate is already patched on this instance")
+        """Route `model.generate` through `self.generate` inside the block (stock `generate` where unsupported);
+        when `model.generate` is not transformers' own (`custom_generate`), leave it in place and log why, once."""
+        reason = custom_generate(model)
+        if reason is not None:
+            if reason not in self._stepped_aside:
+                self._stepped_aside.add(reason)
+                logger.warning("the lean sampler steps aside: %s, so rollouts call that generate", reason)
+            yield model
+            return
 
         def generate(*args, **kwargs):
             return self.generate(model, *args, **kwargs)
@@ -285,4 +327,4 @@ class FastSampler:
             del model.generate
 
 
-__all__ = ["FastSampler", "SUPPORTED_FIELDS", "unsupported_settings"]
+__all__ = ["FastSampler", "SUPPORTED_FIELDS", "custom_generate", "unsupported_settings"]

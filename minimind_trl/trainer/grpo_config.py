@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..errors import RecipeError, RewardSpecError
-from ..generations import get_generation, render_generations_table
+from ..generations import TRAINING, get_generation, render_generations_table
 from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
 from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
@@ -50,10 +50,11 @@ class MiniMindGRPOConfig(GRPOConfig):
             tokens of the accumulated batch), `"local-token-mean"` (`bnpo`), `"seq-mean-token-sum-norm"`
             (`dr_grpo`), `"seq-mean-token-sum"` (`luspo`). TRL's loss types aggregate their own way: leave it unset.
         upstream (`str` or `None`, *optional*, defaults to `None`):
-            The upstream generation the run follows (`minimind_trl.generations`: `"minimind2"`, `"minimind3"`). It
-            sets no value itself: the model card's parity table compares the run against it (`None`: against
-            `minimind2`, whose defaults these are) and `minimind-trl grpo` lists where a recipe setting it departs
-            from that generation.
+            The upstream generation the run follows (`minimind_trl.generations`: `"minimind2"`, `"minimind3"`,
+            `"minimind3_agent"`, or `"trl"`: TRL's own `GRPOConfig` defaults). It sets no value itself: the model
+            card's parity table compares the run against it (`None`: against `minimind2`, whose defaults these
+            are) and `minimind-trl grpo` lists where a recipe setting it departs from that generation.
+            [`~MiniMindGRPOConfig.trl_defaults`] builds a config with TRL's defaults (and `upstream="trl"`).
         tempered_logprobs (`bool`, *optional*, defaults to `False`):
             Score the loss's log-probs at the sampling `temperature` (TRL's behaviour). Off by default: upstream
             samples at 0.8 but scores with untempered logits. With `use_vllm` it also chooses the log-probs vLLM
@@ -174,8 +175,9 @@ class MiniMindGRPOConfig(GRPOConfig):
     upstream: str | None = field(
         default=None,
         metadata={
-            "help": "The upstream generation the run follows ('minimind2', 'minimind3'): the model card compares "
-            "against it and `minimind-trl grpo` lists the recipe's departures from it. Sets no value."
+            "help": "The upstream generation the run follows ('minimind2', 'minimind3', or 'trl': TRL's GRPOConfig "
+            "defaults): the model card compares against it and `minimind-trl grpo` lists the recipe's departures from "
+            "it. Sets no value (MiniMindGRPOConfig.trl_defaults() sets TRL's)."
         },
     )
     tempered_logprobs: bool = field(
@@ -376,6 +378,20 @@ class MiniMindGRPOConfig(GRPOConfig):
         if name == "loss_aggregation":
             return effective_loss_aggregation(self.loss_type, self.loss_aggregation)
         return getattr(self, name)
+
+    @classmethod
+    def trl_defaults(cls, output_dir: str | None = None, **kwargs) -> "MiniMindGRPOConfig":
+        """A config with TRL's `GRPOConfig` defaults wherever this class keeps upstream MiniMind's (the `trl` record of
+        `minimind_trl.generations`: lr 1e-6, linear schedule, `dapo`, beta 0, TRL's advantages, tempered log-probs,
+        no prompt cut, ...) and `upstream="trl"`, so the model card compares the run with TRL. `kwargs` set fields as
+        the constructor does. To swap TRL's `GRPOTrainer` for `MiniMindGRPOTrainer` and keep TRL's algorithm, pass
+        this where `GRPOConfig(...)` was (docs/parity.md#as-a-grpotrainer)."""
+        record = get_generation("trl")
+        values = {row.name: row.value for row in record.rows() if row.kind == TRAINING}
+        values = {**values, "upstream": record.name, **kwargs}
+        if values.get("steps_per_generation") is None and values.get("generation_batch_size") is None:
+            values["steps_per_generation"] = values.get("gradient_accumulation_steps", 1)  # TRL's rule
+        return cls(output_dir=output_dir, **values)
 
     def _check_sampling_and_weights(self):
         """Values the CLI, recipes and the Python API all pass through here (a recipe skips argparse's checks):

@@ -45,12 +45,19 @@ from .run_identity import trainer_run_identity
 from .output_dir import reward_model_sources, run_inputs
 from .run_safety import guarded_run, recipe_settings, save_staged
 from .dynamic_sampling import refill
-from .extras import check_extras
+from .extras import EXTRAS, check_extras
 from . import cpu_precision
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_aggregation
-from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings, upstream_title
+from .model_card import (
+    RunCard,
+    extend_model_card,
+    peft_summary,
+    render_run_section,
+    upstream_settings,
+    upstream_title,
+)
 from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, get_policy_loss, k3_kl, upto_first_eos_mask
 from .trl_overrides import reference_copy, trl_init_overrides
 from .vllm_rollouts import (
@@ -92,13 +99,18 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         run_identity: dict | None = None,
         **trl_kwargs,
     ):
-        check_trainer_arguments(model, reward_funcs)
+        given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
+        check_trainer_arguments(model, reward_funcs, given.arguments.get("environment_factory"))
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "MiniMind"
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(args, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
-        check_extras(args)  # vLLM, liger-kernel: named now, not in a traceback after the models load
+        # vLLM, liger-kernel: named now, not in a traceback after the models load. With a policy the caller built,
+        # liger-kernel (imported only when training starts) is named after TRL's own argument checks, which hold
+        # with or without it (e.g. an adapter on lm_head), so TRL's errors come first as with GRPOTrainer.
+        after_trl = ("use_liger_kernel",) if not isinstance(model, str) else ()
+        check_extras(args, [option for option in EXTRAS if option not in after_trl])
         check_vllm_policy(model, args)
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
         peft_config = bound.arguments.get("peft_config")
@@ -110,6 +122,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
         with trl_init_overrides(scoring_temperature, reference, colocated_engine_kwargs(args)):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
+        check_extras(args, after_trl)
         if self.use_vllm:
             reload_layerwise_on_cpu(self.vllm_generation)
         uses_vllm_logprobs = args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES
@@ -396,16 +409,13 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     # --- model card ------------------------------------------------------------------------------------
 
     def _default_run_card(self, model, peft_config) -> RunCard:
-        """What the trainer itself knows about the run: base model, reward functions and weights, LoRA, settings."""
+        """What the trainer itself knows about the run: base model, reward functions and weights, PEFT, settings."""
         base_model = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "in-memory model"
-        lora = None
-        if peft_config is not None:
-            lora = {"r": peft_config.r, "alpha": peft_config.lora_alpha, "targets": peft_config.target_modules}
         return RunCard(
             base_model=base_model,
             reward_funcs=list(self.reward_func_names),
             reward_weights=self.reward_weights.tolist(),
-            lora=lora,
+            peft=peft_summary(peft_config),
             settings=upstream_settings(self.args),
             upstream=upstream_title(self.args),
         )

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..rewards.registry import REWARD_MODEL_REWARDS
-from ..generations import SCRIPT, TRAINING, compare, format_value, get_generation, same_value
+from ..generations import SCRIPT, TRAINING, UPSTREAMS, compare, format_value, get_generation, same_value
 
 # (setting, upstream flag, upstream's value) of every config field the seed (the minimind2 record, whose defaults the
 # config keeps) sets; tests check them against MiniMindGRPOConfig's defaults and the seed recipes.
@@ -31,7 +31,7 @@ class RunCard:
     reward_weights: list[float] = field(default_factory=list)
     reward_model: str | None = None
     dataset: str | None = None
-    lora: dict | None = None
+    peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
     upstream: str = get_generation(None).title  # the generation `settings` compares against
 
@@ -42,6 +42,24 @@ def upstream_settings(training_args, script_args=None) -> list[tuple]:
     arguments (`reward_funcs`, `reasoning`, `reward_model_clip`, ...)."""
     generation = get_generation(getattr(training_args, "upstream", None))
     return [(row.name, row.run_value, row.upstream_value, row.flag) for row in compare(generation, training_args, script_args)]
+
+
+# The settings a card shows per PEFT method family (any others: the method alone)
+_PEFT_CARD_FIELDS = {"r": "r", "lora_alpha": "alpha", "target_modules": "targets", "num_virtual_tokens": "virtual_tokens"}
+
+
+def peft_summary(peft_config) -> dict | None:
+    """What the card says about a PEFT adapter: its method (`LORA`, `PROMPT_TUNING`, ...) and those of its rank,
+    alpha, target modules and virtual tokens it has; any PEFT config works (prompt learning has no rank)."""
+    if peft_config is None:
+        return None
+    method = getattr(peft_config, "peft_type", None)
+    summary = {"method": getattr(method, "value", method) or type(peft_config).__name__}
+    for name, shown in _PEFT_CARD_FIELDS.items():
+        value = getattr(peft_config, name, None)
+        if value is not None:
+            summary[shown] = sorted(value) if isinstance(value, (set, frozenset)) else value
+    return summary
 
 
 def upstream_title(training_args) -> str:
@@ -73,6 +91,11 @@ def final_metrics(log_history: list[dict]) -> dict:
     return metrics
 
 
+def _source(title: str) -> str:
+    """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
+    return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
+
+
 def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str | None) -> str:
     lines = [CARD_SECTION_TITLE, ""]
     lines.append(f"- **Base model:** `{card.base_model}`")
@@ -82,8 +105,8 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         lines.append(
             f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
         )
-    if card.lora:
-        lines.append(f"- **LoRA:** {', '.join(f'{k}={v}' for k, v in card.lora.items())}")
+    if card.peft:
+        lines.append(f"- **PEFT:** {', '.join(f'{k}={v}' for k, v in card.peft.items())}")
     lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
     weights = card.reward_weights or [1.0] * len(card.reward_funcs)
     for name, weight in zip(card.reward_funcs, weights):
@@ -100,7 +123,7 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
 
     lines += [
         "",
-        f"### Settings against MiniMind's `train_grpo.py` (upstream parity: {card.upstream})",
+        f"### Settings against {_source(card.upstream)} (upstream parity: {card.upstream})",
         "",
         "| setting | this run | upstream | upstream flag | same |",
         "|---|---|---|---|---|",
@@ -163,6 +186,7 @@ __all__ = [
     "UPSTREAM_SETTINGS",
     "extend_model_card",
     "final_metrics",
+    "peft_summary",
     "render_run_section",
     "upstream_settings",
     "upstream_title",

@@ -27,8 +27,20 @@ def _check_hub_reward_model(name: str) -> None:
     read_reward_model_config(name, what="reward_funcs: reward model")
 
 
-def check_trainer_arguments(model, reward_funcs) -> None:
-    """`TypeError`s that say what is expected, before TRL reads (or looks up on the Hub) anything."""
+def _environments_may_reward(environment_factory) -> bool:
+    """Whether environments from `environment_factory` (one factory, or a dict of them) may define `get_reward`,
+    which TRL then takes as a reward source. A factory that is a class is read without building an environment; any
+    other callable may return anything, so TRL, which builds one to look, decides."""
+    if environment_factory is None:
+        return False
+    factories = environment_factory.values() if isinstance(environment_factory, dict) else [environment_factory]
+    return any(not isinstance(factory, type) or callable(getattr(factory, "get_reward", None)) for factory in factories)
+
+
+def check_trainer_arguments(model, reward_funcs, environment_factory=None) -> None:
+    """`TypeError`s that say what is expected, before TRL reads (or looks up on the Hub) anything. Rewards may come
+    from `reward_funcs`, from environments that define `get_reward` (TRL adds one reward per such environment
+    class), or both; with neither, TRL's own error, raised here before any model loads."""
     import torch.nn as nn
 
     if not isinstance(model, (str, nn.Module)):
@@ -38,9 +50,12 @@ def check_trainer_arguments(model, reward_funcs) -> None:
         )
     if isinstance(model, str) and _missing_local_path(model):
         raise ModelSourceError(f"model: {model} does not exist (a local path; Hub ids look like 'owner/name')")
-    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-    if reward_funcs is None or not funcs:
-        raise TypeError("reward_funcs must be a reward function or a list of them (e.g. [format_reward])")
+    funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    if not funcs and not _environments_may_reward(environment_factory):
+        raise RewardSpecError(
+            "No reward source provided: pass reward_funcs (a reward function or a list of them, e.g. [format_reward]), "
+            "or an environment_factory whose environments define get_reward"
+        )
     from ..rewards.registry import REWARDS
 
     for func in funcs:

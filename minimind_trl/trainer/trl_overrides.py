@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import torch
 from trl.trainer import grpo_trainer as _trl_grpo
 
+from ..models.minimind.tokenization_minimind import attach_response_template
 from . import fast_logprobs
 
 
@@ -41,6 +42,9 @@ def trl_init_overrides(
       log-probs come from untempered logits unless `tempered_logprobs` is set.
     * For an in-memory policy TRL would reload the reference from `config._name_or_path` (empty for an
       unsaved model, stale for a modified one); `create_model_from_path` hands it `reference_model` instead.
+    * With `tools` or `environment_factory`, a tokenizer without a response template whose chat template writes
+      MiniMind's tool calls (an upstream MiniMind folder loaded as it is) gets MiniMind's (`add_response_schema`,
+      whose table knows no MiniMind template, would refuse it); any other goes to TRL's table as before.
     * A colocated vLLM engine (`vllm.LLM`, built by TRL's `VLLMGeneration`) is built with `vllm_engine_kwargs`
       (`dtype`, `logprobs_mode`) over TRL's, which passes no dtype (vLLM then picks one) and asks for tempered
       log-probs whatever the trainer scores with.
@@ -75,6 +79,7 @@ def _vllm_engine_overrides(engine_kwargs: dict):
 @contextmanager
 def _grpo_overrides(scoring_temperature: float, reference_model: torch.nn.Module | None):
     add_fused_lm_head, create_model_from_path = _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path
+    add_response_schema = _trl_grpo.add_response_schema
     pending_reference = [reference_model] if reference_model is not None else []
 
     def add_fused_lm_head_at_scoring_temperature(model, temperature=1.0, **kwargs):
@@ -85,12 +90,20 @@ def _grpo_overrides(scoring_temperature: float, reference_model: torch.nn.Module
         # Only called for the reference once the policy is an instance (TRL loads a str policy itself).
         return pending_reference.pop() if pending_reference else create_model_from_path(model_id, *args, **kwargs)
 
+    def add_minimind_response_template(processing_class):
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a processor parses with its tokenizer
+        if getattr(attach_response_template(tokenizer), "response_template", None) is not None:
+            return processing_class
+        return add_response_schema(processing_class)
+
     _trl_grpo.add_fused_lm_head = add_fused_lm_head_at_scoring_temperature
     _trl_grpo.create_model_from_path = create_reference_model
+    _trl_grpo.add_response_schema = add_minimind_response_template
     try:
         yield
     finally:
         _trl_grpo.add_fused_lm_head, _trl_grpo.create_model_from_path = add_fused_lm_head, create_model_from_path
+        _trl_grpo.add_response_schema = add_response_schema
     if pending_reference:
         raise RuntimeError("GRPOTrainer did not build a reference model; the in-memory reference copy was unused")
 

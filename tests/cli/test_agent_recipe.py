@@ -103,8 +103,9 @@ def test_bad_agent_settings_are_one_line_naming_the_key(demo_sized, tmp_path, ca
     assert len(err) == 1 and key in err[0] and "Traceback" not in err[0], err
 
 
-def test_a_minimind2_tokenizer_is_refused_for_agent_rollouts(tmp_path, capsys):
-    """MiniMind2's template has no tools: the prompt could never show them."""
+def test_a_minimind2_tokenizer_is_refused_for_agent_rollouts_that_open_thoughts(tmp_path, capsys):
+    """MiniMind2's template shows tools and tool results but ignores `open_thinking`: with `thinking_ratio` > 0 some
+    rollouts could never open their thought. One error line naming it, before the trainer is built."""
     from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
@@ -112,5 +113,9 @@ def test_a_minimind2_tokenizer_is_refused_for_agent_rollouts(tmp_path, capsys):
     policy = save_folder(build_model(len(tokenizer), generation="minimind2"), tokenizer, tmp_path / "policy")
     reward_model = write_tiny_internlm2_reward_model(tmp_path / "rm")
     data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(2))
-    assert cli(agent_argv(policy, reward_model, data, tmp_path / "out")) == 2
-    assert "tools" in capsys.readouterr().err
+    capsys.readouterr()  # the folders' writing
+    assert cli(agent_argv(policy, reward_model, data, tmp_path / "out")) == 2  # --thinking_ratio 0.5
+    err = capsys.readouterr().err  # also the policy's weights check (it loads them)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "thinking_ratio=0.5" in errors[0] and "open_thinking" in errors[0], err
+    assert "Traceback" not in err

@@ -43,3 +43,19 @@ def test_without_upstream_nothing_is_listed(tmp_path, policy, data):
     assert training_args.upstream is None
     assert upstream_departures(script_args, training_args) == []
     assert check_run(script_args, training_args, model_args).upstream_departures == []
+
+
+def test_a_recipe_following_trl_gets_its_departures_from_trls_defaults_listed(tmp_path, policy, data, caplog):
+    """`upstream: trl`: the recipe is compared with TRL's `GRPOConfig` defaults, as a MiniMind recipe with its
+    generation's; the rows TRL has no value for (rewards, data) are not compared."""
+    recipe = tiny_recipe(tmp_path, policy, data, upstream="trl", loss_type="dapo", beta=0.0, temperature=1.0)
+    script_args, training_args, model_args, _ = parse_args(["--config", str(recipe)])
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.cli.run_plan"):
+        plan = check_run(script_args, training_args, model_args)
+
+    departures = {line.split(":")[0]: line for line in plan.upstream_departures}
+    assert departures["learning_rate"] == "learning_rate: 0.01 (upstream 1e-06, GRPOConfig.learning_rate)"
+    assert departures["advantage_estimator"].startswith("advantage_estimator: minimind (upstream trl,")
+    assert departures["max_prompt_length"] == "max_prompt_length: 32 (upstream None, no prompt truncation in TRL 1.16)"
+    assert not {"loss_type", "beta", "temperature", "loss_aggregation", "reward_funcs", "seed"} & set(departures)
+    assert "follows TRL GRPOConfig (trl 1.16) except in" in caplog.text

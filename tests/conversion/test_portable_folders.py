@@ -6,6 +6,8 @@
 * `tokenizer_config.json` in the form upstream's converter writes (`tokenizer_class: PreTrainedTokenizerFast`,
   `extra_special_tokens` a dict): transformers 4.57.x (upstream's pinned version) has no `TokenizersBackend`
   and fails on a list; the files must still load back identically on transformers 5.
+* the `response_template` that parses MiniMind's tool calls, which TRL's tool loop (`tools=`,
+  `environment_factory`) needs and cannot find for MiniMind's chat templates on its own.
 """
 
 import json
@@ -20,7 +22,7 @@ from minimind_trl.cli.policy import load_tokenizer
 from minimind_trl.conversion.convert import convert_checkpoint
 from minimind_trl.conversion.export import export_hf, load_minimind_folder
 from minimind_trl.conversion.merge_lora import merge_lora
-from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+from minimind_trl.models.minimind.tokenization_minimind import MINIMIND_RESPONSE_TEMPLATE, build_minimind_tokenizer
 
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, vocab_size=6400)
 CASES = {
@@ -52,6 +54,7 @@ def _assert_portable_tokenizer(folder, reference):
     assert reloaded.apply_chat_template(MESSAGES, tokenize=False) == reference.apply_chat_template(
         MESSAGES, tokenize=False
     )
+    assert config["response_template"] == MINIMIND_RESPONSE_TEMPLATE == reloaded.response_template
 
 
 @pytest.mark.parametrize("era", ["MiniMind2", "MiniMind-3"])

@@ -7,8 +7,11 @@ from transformers import AutoTokenizer
 from minimind_trl.models.minimind.tokenization_minimind import (
     DEFAULT_SYSTEM_PROMPT,
     MINIMIND_CHAT_TEMPLATE,
+    MINIMIND_RESPONSE_TEMPLATE,
     REASONING_TAGS,
     build_minimind_tokenizer,
+    portable_tokenizer,
+    writes_minimind_tool_calls,
 )
 
 CONVERSATIONS = [
@@ -113,3 +116,101 @@ def test_built_minimind3_tokenizer_has_think_tags_only_and_no_default_system_tur
     assert AutoTokenizer.from_pretrained(tmp_path).chat_template == tokenizer.chat_template
     with pytest.raises(ValueError, match="minimind2, minimind3"):
         build_minimind_tokenizer(generation="minimind4")
+
+
+# --------------------------------------------------------------------------- tool calls (TRL's tool loop)
+
+
+def multiply(a: int, b: int) -> int:
+    """
+    Multiply two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a * b
+
+
+TOOL_CALL = {"type": "function", "function": {"name": "multiply", "arguments": {"a": 3, "b": 4}}}
+TOOL_CONVERSATION = [
+    {"role": "user", "content": "What is 3 x 4?"},
+    {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+    {"role": "tool", "name": "multiply", "content": "12"},
+]
+
+
+@pytest.mark.parametrize("generation, era", [("minimind2", "MiniMind2"), ("minimind3", "MiniMind-3")])
+def test_built_templates_are_upstreams_with_its_tool_calls(generation, era):
+    """Both generations' templates are upstream's files verbatim (MiniMind2's since fea69cf renders tools too)."""
+    upstream = AutoTokenizer.from_pretrained(require_shared(FIXTURES / era / "tokenizer"))
+    built = build_minimind_tokenizer(generation=generation)
+    assert built.chat_template == upstream.chat_template
+    rendered = built.apply_chat_template(TOOL_CONVERSATION, tools=[multiply], tokenize=False)
+    assert '<tool_call>\n{"name": "multiply", "arguments": {"a": 3, "b": 4}}\n</tool_call>' in rendered
+
+
+@pytest.mark.parametrize("generation", ["minimind2", "minimind3"])
+def test_trl_parses_the_tool_calls_of_built_tokenizers(generation, tmp_path):
+    """TRL's own `parse_response` (what its tool loop calls on each completion, after the prompt) reads the call back,
+    also from the saved folder, and the answer and the thought of a reply without one."""
+    from trl.chat_template_utils import parse_response, supports_tool_calling
+
+    tokenizer = build_minimind_tokenizer(generation=generation)
+    tokenizer.save_pretrained(tmp_path)
+    for loaded in (tokenizer, AutoTokenizer.from_pretrained(tmp_path)):
+        assert loaded.response_template == MINIMIND_RESPONSE_TEMPLATE and supports_tool_calling(loaded)
+        prompt = loaded.apply_chat_template(
+            TOOL_CONVERSATION[:1], tools=[multiply], tokenize=True, add_generation_prompt=True, return_dict=False
+        )
+        call = loaded('<tool_call>\n{"name": "multiply", "arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>')
+        parsed = parse_response(loaded, call["input_ids"], prefix=prompt, tools=[multiply])
+        assert parsed["tool_calls"] == [TOOL_CALL] and parsed["content"] == ""
+        answer = loaded("<think>\nthree fours\n</think>\n\n12<|im_end|>")["input_ids"]
+        parsed = parse_response(loaded, answer, prefix=prompt, tools=[multiply])
+        assert (parsed["reasoning_content"], parsed["content"], "tool_calls" in parsed) == ("three fours", "12", False)
+
+
+def test_trls_grpo_trainer_takes_tools_with_a_built_tokenizer(tmp_path):
+    """Stock TRL: `GRPOTrainer(tools=...)` refuses any tokenizer whose chat template its table does not know
+    ("Unrecognized chat template") unless it carries a response template."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+
+    tokenizer = build_minimind_tokenizer(generation="minimind3")
+    config = MiniMindConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, vocab_size=len(tokenizer))
+    trainer = GRPOTrainer(
+        model=MiniMindForCausalLM(config),
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+        args=GRPOConfig(str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=8),
+        train_dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "3 x 4?"}]] * 8}),
+        processing_class=tokenizer,
+        tools=[multiply],
+    )
+    assert [tool.__name__ for tool in trainer.tools] == ["multiply"]
+
+
+@pytest.mark.parametrize("era", ["MiniMind2", "MiniMind-3"])
+def test_upstream_tokenizers_get_the_response_template_when_loaded_by_the_package(era):
+    """Upstream's folders carry none; what the package loads (convert, export, the CLI's policy) gets it, and only a
+    template that writes MiniMind's tool calls does (MiniMind2's before fea69cf renders no tools)."""
+    upstream = AutoTokenizer.from_pretrained(require_shared(FIXTURES / era / "tokenizer"))
+    assert getattr(upstream, "response_template", None) is None
+    assert portable_tokenizer(upstream).response_template == MINIMIND_RESPONSE_TEMPLATE
+    no_tools = build_minimind_tokenizer()
+    no_tools.response_template = None
+    no_tools.chat_template = OLD_MINIMIND2_TEMPLATE
+    assert not writes_minimind_tool_calls(no_tools)
+    assert portable_tokenizer(no_tools).response_template is None
+
+
+# MiniMind2's template before upstream 4e35fb9 (2025-10-17) added tool calls: ChatML without them
+OLD_MINIMIND2_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{% else %}{{ '<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n' }}{% endif %}"
+    "{% for message in messages %}{% if message['role'] != 'system' %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)

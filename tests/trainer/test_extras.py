@@ -39,3 +39,23 @@ def test_the_python_api_names_it_before_loading(tiny, tmp_path, monkeypatch, not
     args = MiniMindGRPOConfig(str(tmp_path / "out"), use_cpu=True, bf16=False, use_liger_kernel=True)
     with pytest.raises(RecipeError, match="use_liger_kernel: true needs the liger_kernel package"):
         MiniMindGRPOTrainer(str(tiny[0]), reward_funcs=[lambda **k: [0.0]], args=args)
+
+
+def test_a_built_policy_gets_trls_checks_first_then_the_missing_package(tiny, tmp_path, monkeypatch, not_installed):
+    """With the policy already built, TRL's own argument errors come first as with `GRPOTrainer` (TRL's
+    test_liger_kernel_with_peft_lm_head_raises); without one, liger-kernel is still named before training."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from minimind_trl import MiniMindForCausalLM
+    from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
+
+    args = MiniMindGRPOConfig(str(tmp_path / "out"), use_cpu=True, bf16=False, use_liger_kernel=True)
+    lm_head = LoraConfig(target_modules=["q_proj", "lm_head"])
+    data = Dataset.from_list([{"prompt": "hi"}] * 4)
+    with pytest.raises(ValueError, match="Applying a PEFT adapter to `lm_head` is not supported"):
+        MiniMindGRPOTrainer(MiniMindForCausalLM.from_pretrained(str(tiny[0])), reward_funcs=[lambda **k: [0.0]],
+                            args=args, train_dataset=data, peft_config=lm_head)
+    with pytest.raises(RecipeError, match="use_liger_kernel: true needs the liger_kernel package"):
+        MiniMindGRPOTrainer(MiniMindForCausalLM.from_pretrained(str(tiny[0])), reward_funcs=[lambda **k: [0.0]],
+                            args=args, train_dataset=data)

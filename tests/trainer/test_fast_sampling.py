@@ -8,7 +8,7 @@ import torch
 from transformers import GenerationConfig
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.trainer.fast_sampling import FastSampler, _sample_top_k, unsupported_settings
+from minimind_trl.trainer.fast_sampling import FastSampler, _sample_top_k, custom_generate, unsupported_settings
 
 VOCAB = 300
 
@@ -323,3 +323,84 @@ def test_generate_through_a_real_model_samples_the_tempered_top_k_distribution(m
     out = FastSampler().generate(spread, input_ids=prompt, generation_config=_sampling_config(0.8, 50, 5_000))
     assert out.shape == (5_000, 8) and torch.equal(out[:, :7], prompt.expand(5_000, -1))
     assert_draws_follow(out[:, -1], tempered_top_k(logits, 0.8, 50), logits, 0.8, 50)
+
+
+# --- stepping aside for a `generate` that is not transformers' own -----------------------------------------
+
+
+def _greedy(model, prompts):
+    input_ids, attention_mask = prompts
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        generation_config=_config(max_new_tokens=3, do_sample=False, eos_token_id=None),
+    )
+
+
+def test_a_generate_patched_on_the_instance_is_called_and_named_once(model, prompts, caplog):
+    """`patch.object(model, "generate")` (how TRL's tool tests inject completions) inside the sampler's patch: the
+    mock runs, nothing raises "already patched", and the log says why once however often the block is entered."""
+    from unittest.mock import patch
+
+    sampler = FastSampler()
+    sampler._sample = lambda *args: pytest.fail("the lean loop ran instead of the patched generate")
+    injected = torch.zeros(3, 9, dtype=torch.long)
+    with patch.object(model, "generate", return_value=injected) as fake, caplog.at_level("WARNING"):
+        for _ in range(2):
+            with sampler.patch(model):
+                assert model.generate(**_greedy(model, prompts)) is injected
+    assert fake.call_count == 2 and "generate" not in model.__dict__
+    said = [r.getMessage() for r in caplog.records if "lean sampler steps aside" in r.getMessage()]
+    assert said == ["the lean sampler steps aside: MiniMindForCausalLM.generate is set on the instance, so rollouts "
+                    "call that generate"]  # fmt: skip
+
+
+def test_a_subclass_generate_is_called(model, prompts):
+    calls = []
+
+    class CustomGenerate(MiniMindForCausalLM):
+        def generate(self, *args, **kwargs):
+            calls.append(1)
+            return super().generate(*args, **kwargs)
+
+    custom = CustomGenerate(model.config).eval()
+    custom.load_state_dict(model.state_dict())
+    sampler = FastSampler()
+    sampler._sample = lambda *args: pytest.fail("the lean loop ran instead of the subclass's generate")
+    with sampler.patch(custom):
+        got = custom.generate(**_greedy(custom, prompts))
+    assert calls == [1] and torch.equal(got, model.generate(**_greedy(model, prompts)))
+
+
+def test_a_patched_generation_mixin_generate_is_called(model, prompts):
+    """A test (or a library) replacing transformers' `GenerationMixin.generate` itself."""
+    from unittest.mock import patch
+
+    sampler = FastSampler()
+    sampler._sample = lambda *args: pytest.fail("the lean loop ran instead of the patched GenerationMixin.generate")
+    with patch("transformers.generation.utils.GenerationMixin.generate", return_value="patched") as fake:
+        with sampler.patch(model):
+            assert model.generate(**_greedy(model, prompts)) == "patched"
+    assert fake.call_count == 1
+
+
+def test_peft_prompt_learning_generates_through_peft(model, prompts):
+    """Prompt tuning prepends its virtual tokens in PEFT's own `generate`; LoRA adapters keep the lean loop (above)."""
+    peft = pytest.importorskip("peft")
+    tuned = peft.get_peft_model(
+        MiniMindForCausalLM(model.config), peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2)
+    ).eval()
+    sampler = FastSampler()
+    sampler._sample = lambda *args: pytest.fail("the lean loop ran for a prompt-tuned model")
+    expected = tuned.generate(**_greedy(tuned, prompts))
+    with sampler.patch(tuned):
+        assert torch.equal(tuned.generate(**_greedy(tuned, prompts)), expected)
+    assert custom_generate(tuned) == "PEFT PROMPT_TUNING generates through PEFT's own generate"
+
+
+def test_stock_generate_keeps_the_lean_loop(model):
+    """transformers' own `generate`, also under a LoRA adapter (PEFT's `generate` runs the base model's)."""
+    peft = pytest.importorskip("peft")
+    assert custom_generate(model) is None
+    lora = peft.get_peft_model(MiniMindForCausalLM(model.config), peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    assert custom_generate(lora) is None

@@ -87,3 +87,44 @@ def test_the_lean_sampler_treats_a_negative_top_k_as_stock_generate_does():
     with FastSampler().patch(model), pytest.raises(ValueError) as lean:
         model.generate(prompt, generation_config=settings)
     assert str(lean.value) == str(stock.value)
+
+
+# --- trl_defaults(): every default TRL's (docs/parity.md#as-a-grpotrainer) --------------------------------------
+
+
+def _field_values(args) -> dict:
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(GRPOConfig)}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"gradient_accumulation_steps": 4}, {"loss_type": "grpo", "beta": 0.04, "gradient_checkpointing": False}],
+    ids=["defaults", "accumulation", "set-fields"],
+)
+def test_trl_defaults_is_grpo_config_field_for_field(kwargs):
+    """Built with the same keywords, every field of TRL's own `GRPOConfig` has the same value: the departures of
+    `MiniMindGRPOConfig`'s defaults (lr, schedule, beta, loss, sampling, ...) and TRL's derived ones alike
+    (`steps_per_generation` from the accumulation steps, gradient checkpointing)."""
+    from trl import GRPOConfig
+
+    ours = MiniMindGRPOConfig.trl_defaults("out", use_cpu=True, bf16=False, **kwargs)
+    theirs = GRPOConfig("out", use_cpu=True, bf16=False, **kwargs)
+    assert _field_values(ours) == _field_values(theirs)
+    assert ours.upstream == "trl"
+    mine = MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **kwargs)
+    assert _field_values(mine) != _field_values(theirs)  # without the switch the defaults are MiniMind's
+
+
+def test_trl_defaults_switch_minimind_behaviour_to_trls():
+    """The settings TRL has no field for: TRL's advantages, log-probs at the sampling temperature, whole prompts, no
+    MoE load-balancing loss (TRL adds one only from router logits, which MiniMind does not return)."""
+    args = MiniMindGRPOConfig.trl_defaults("out", use_cpu=True, bf16=False)
+    assert (args.advantage_estimator, args.tempered_logprobs, args.max_prompt_length) == ("trl", True, None)
+    assert args.moe_aux_loss_weight == 0.0
+    assert (args.fast_sampling, args.dynamic_sampling) == (True, False)  # our sampler stays: same distribution
+    kept = MiniMindGRPOConfig.trl_defaults("out", use_cpu=True, bf16=False, advantage_estimator="minimind")
+    assert kept.advantage_estimator == "minimind"  # any field can still be set

@@ -1,12 +1,19 @@
 """The model card's parity table compares a run against the upstream generation it follows."""
 
 import pytest
+import torch
 from datasets import Dataset
 
 from minimind_trl.cli.script_args import GRPOScriptArguments
-from minimind_trl.generations import GENERATIONS
+from minimind_trl.generations import GENERATIONS, UPSTREAMS
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
-from minimind_trl.trainer.model_card import RunCard, render_run_section, upstream_settings, upstream_title
+from minimind_trl.trainer.model_card import (
+    RunCard,
+    peft_summary,
+    render_run_section,
+    upstream_settings,
+    upstream_title,
+)
 
 from test_trainer import fixed_reward, grpo_config, tiny_model
 
@@ -82,3 +89,47 @@ def test_the_trainers_own_card_follows_the_configured_generation(tmp_path, upstr
     assert trainer.run_card.upstream == title
     names = [row[0] for row in trainer.run_card.settings]
     assert ("epsilon_high" in names) == (upstream == "minimind3")
+
+
+def test_a_trl_defaults_run_is_compared_with_trl(tmp_path):
+    """`MiniMindGRPOConfig.trl_defaults()`: the card's table is TRL's defaults, all kept."""
+    text = section(MiniMindGRPOConfig.trl_defaults(str(tmp_path), use_cpu=True))
+    assert "### Settings against TRL's `GRPOConfig` defaults (upstream parity: TRL GRPOConfig (trl 1.16))" in text
+    assert "| loss_type | dapo | dapo | GRPOConfig.loss_type | yes |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.endswith(("| yes |", "| no |"))]
+    assert len(rows) == len(UPSTREAMS["trl"].rows()) and all(line.endswith("| yes |") for line in rows)
+
+
+def test_peft_summary_names_any_method():
+    peft = pytest.importorskip("peft")
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    assert peft_summary(lora) == {"method": "LORA", "r": 4, "alpha": 8, "targets": ["q_proj", "v_proj"]}
+    prompt = peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
+    assert peft_summary(prompt) == {"method": "PROMPT_TUNING", "virtual_tokens": 4}
+    assert peft_summary(None) is None
+
+
+def test_a_prompt_tuning_run_builds_its_card_and_trains(tmp_path):
+    """A PEFT method without LoRA's rank or targets: the default run card says what it is and the step trains the
+    virtual tokens, as stock TRL does."""
+    peft = pytest.importorskip("peft")
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+
+    def length_reward(completions, **kwargs):
+        return [float(len(completion)) for completion in completions]
+
+    tokenizer = build_minimind_tokenizer()
+    trainer = MiniMindGRPOTrainer(
+        tiny_model(tokenizer),
+        length_reward,
+        grpo_config(tmp_path, max_steps=1, learning_rate=0.1),
+        train_dataset=Dataset.from_list([{"prompt": "hi"}] * 8),
+        processing_class=tokenizer,
+        peft_config=peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4),
+    )
+    assert trainer.run_card.peft == {"method": "PROMPT_TUNING", "virtual_tokens": 4}
+    assert "- **PEFT:** method=PROMPT_TUNING, virtual_tokens=4" in render_run_section(trainer.run_card, [], None)
+    trainable = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("prompt_encoder" in name for name in trainable)
+    trainer.train()
+    assert all(not torch.equal(p, trainable[name]) for name, p in trainer.model.named_parameters() if p.requires_grad)

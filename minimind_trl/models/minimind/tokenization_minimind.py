@@ -5,14 +5,20 @@ one, so this module trains a small byte-level BPE (the same family as MiniMind's
 corpus and gives it MiniMind's specials and chat template:
 
 * ids 0/1/2 are `<|endoftext|>` (pad, unk), `<|im_start|>` (bos) and `<|im_end|>` (eos), as upstream;
-* the chat template renders ChatML with MiniMind's default system turn
-  (`<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n`) when the conversation has none;
+* the chat template is upstream MiniMind2's (fea69cf): ChatML with MiniMind's default system turn
+  (`<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n`) when the conversation has none, and Qwen-style
+  tool calls (`<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`);
 * optionally the reasoning tags `<think>`, `</think>`, `<answer>`, `</answer>` are single *non-special*
   tokens, so TRL's `skip_special_tokens=True` decoding keeps them in the text the rule rewards read.
 
 `generation="minimind3"` builds MiniMind-3's (upstream d65ef2c) instead: its chat template (no default system turn;
 the generation prompt opens a thought, `<think>\\n`, when rendered with `open_thinking=True`, else closes an empty
-one), and `<think>`, `</think>` as single non-special tokens (MiniMind-3 has no `<answer>`).
+one), and `<think>`, `</think>` as single non-special tokens (MiniMind-3 has no `<answer>`). Its tool calls are
+written the same way as MiniMind2's.
+
+Every tokenizer built here, and every one this package loads and saves (`portable_tokenizer`: conversions, exports,
+merged LoRA folders, trainer checkpoints), carries the `response_template` that reads those tool calls back
+(`MINIMIND_RESPONSE_TEMPLATE`), which TRL's `GRPOTrainer` needs for `tools=` and `environment_factory`.
 
 `PortableTokenizerFast` saves its files in the form upstream's own converter writes (`tokenizer_class:
 PreTrainedTokenizerFast`, `extra_special_tokens: {}`), which transformers 4.57.x (upstream's pinned version),
@@ -31,20 +37,82 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant"
 
-# MiniMind2's chat template without the tool-calling branches.
-MINIMIND_CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' -%}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else -%}"
-    "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM_PROMPT + "<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message['role'] != 'system' or not loop.first %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+# MiniMind2's chat template (upstream fea69cf, `model/tokenizer_config.json`), verbatim: ChatML with MiniMind's default
+# system turn, and Qwen-style tool calls (`<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`).
+MINIMIND_CHAT_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+ {%- if messages[0]['role'] == 'system' -%}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else -%}
+        {{- '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}
+ {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+   {{- '<|im_start|>' + message.role + '\n' + content }}
+  {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""
 
 # MiniMind-3's chat template (upstream d65ef2c, `model/tokenizer_config.json`), verbatim: the demo and the tests
 # render prompts exactly as upstream's tokenizer does without reading its files.
@@ -137,6 +205,66 @@ THINK_TAGS = ("<think>", "</think>")  # MiniMind-3's reasoning tags (added token
 CHAT_TEMPLATES = {"minimind2": MINIMIND_CHAT_TEMPLATE, "minimind3": MINIMIND3_CHAT_TEMPLATE}
 GENERATION_TAGS = {"minimind2": REASONING_TAGS, "minimind3": THINK_TAGS}
 
+# How a MiniMind reply reads back as a message (transformers' `response_template`, which `tokenizer.parse_response`
+# and TRL's tool loop use): both generations write Qwen-style turns, so the fields are Qwen3's: an optional
+# `<think>` block, any number of `<tool_call>{json}</tool_call>` blocks, the text up to `<|im_end|>`. transformers
+# saves it in `tokenizer_config.json` and loads it back with the tokenizer.
+MINIMIND_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*", "content": "text"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+_PROBE_CALL = {"type": "function", "function": {"name": "probe_tool", "arguments": {"value": 1}}}
+
+
+def writes_minimind_tool_calls(tokenizer) -> bool:
+    """Whether `tokenizer`'s chat template writes an assistant tool call that `MINIMIND_RESPONSE_TEMPLATE` reads back
+    as the same call: rendered after the generation prompt, parsed with that prompt as the prefix (as TRL's tool loop
+    parses a completion). True for both upstream generations' templates; False without a chat template, for one that
+    cannot render tool calls (e.g. MiniMind2's before fea69cf) or writes them another way."""
+    from jinja2 import TemplateError
+
+    if not isinstance(getattr(tokenizer, "chat_template", None), str):
+        return False
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}]
+    try:
+        prompt = tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+        turn = tokenizer.apply_chat_template(messages, tokenize=False)
+    except (TemplateError, TypeError):  # a template that refuses tool calls (or dict arguments) has none to parse
+        return False
+    if not turn.startswith(prompt):
+        return False
+    parsed = tokenizer.parse_response(turn[len(prompt) :], MINIMIND_RESPONSE_TEMPLATE, prefix=prompt)
+    return parsed.get("tool_calls") == [_PROBE_CALL]
+
+
+def attach_response_template(tokenizer):
+    """`tokenizer` with `MINIMIND_RESPONSE_TEMPLATE` as its `response_template`, when it has none and its chat template
+    writes tool calls that template parses (`writes_minimind_tool_calls`), so `tools=` and `environment_factory` work
+    in TRL's `GRPOTrainer`, whose own table of templates knows no MiniMind one. Unchanged otherwise."""
+    if getattr(tokenizer, "response_template", None) is None and writes_minimind_tool_calls(tokenizer):
+        tokenizer.response_template = MINIMIND_RESPONSE_TEMPLATE
+    return tokenizer
+
+
+def attach_chat_format(tokenizer, generation: str = "minimind2"):
+    """`tokenizer` with the generation's chat template (upstream's, verbatim) and the response template that parses
+    its replies; what `build_minimind_tokenizer` gives every tokenizer it builds."""
+    if generation not in CHAT_TEMPLATES:
+        raise ValueError(f"generation must be one of {', '.join(CHAT_TEMPLATES)}, got {generation!r}")
+    tokenizer.chat_template = CHAT_TEMPLATES[generation]
+    return attach_response_template(tokenizer)
+
 # A little bilingual text so the default tokenizer has sensible merges for both scripts.
 _DEFAULT_CORPUS = (
     "You are a helpful assistant. Please think step by step, then answer.",
@@ -203,13 +331,15 @@ class PortableTokenizerFast(PreTrainedTokenizerFast):
 
 
 def portable_tokenizer(tokenizer):
-    """`tokenizer` itself, saving in the portable form when it is transformers' plain fast tokenizer.
+    """`tokenizer` itself, saving in the portable form when it is transformers' plain fast tokenizer, and with the
+    response template TRL's tool loop needs when its chat template writes MiniMind's tool calls
+    (`attach_response_template`), so every folder this package writes carries it.
 
     Other classes (e.g. `Qwen2Tokenizer`) exist in both versions and keep theirs.
     """
     if type(tokenizer) is PreTrainedTokenizerFast:
         tokenizer.__class__ = PortableTokenizerFast
-    return tokenizer
+    return attach_response_template(tokenizer)
 
 
 def build_minimind_tokenizer(
@@ -254,12 +384,15 @@ def build_minimind_tokenizer(
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
-    fast.chat_template = CHAT_TEMPLATES[generation]
-    return fast
+    return attach_chat_format(fast, generation)
 
 
 __all__ = [
+    "MINIMIND_RESPONSE_TEMPLATE",
     "PortableTokenizerFast",
+    "attach_chat_format",
+    "attach_response_template",
+    "writes_minimind_tool_calls",
     "make_tokenizer_config_portable",
     "portable_tokenizer",
     "build_minimind_tokenizer",

@@ -1,0 +1,77 @@
+"""`check_agent_tokenizer`: a chat template the agent rollout cannot run on is refused with one line naming what it
+lacks (tools, tool messages, `open_thinking` when `thinking_ratio` opens thoughts); MiniMind-3's passes, and so does
+MiniMind2's (fea69cf's template reads tools) as long as no rollout opens a thought, and a MiniMind2 rollout then
+shows the tools and the tool results."""
+
+import json
+
+import pytest
+
+from minimind_trl.agent.recipe import check_agent_tokenizer
+from minimind_trl.agent.rollout import AgentRollout
+from minimind_trl.agent.tools import Toolbox
+from minimind_trl.errors import RecipeError
+from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+
+# ChatML without tools or tool messages (MiniMind2's template before fea69cf wrote none)
+NO_TOOLS = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# reads tools, drops tool messages
+NO_TOOL_MESSAGES = ("{% if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}"
+                    "{% for m in messages if m.role != 'tool' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return {generation: build_minimind_tokenizer(generation=generation) for generation in ("minimind2", "minimind3")}
+
+
+@pytest.mark.parametrize("thinking_ratio", [None, 0.0, 0.1, 1.0])
+def test_minimind3_runs_agent_rollouts(tokenizers, thinking_ratio):
+    check_agent_tokenizer(tokenizers["minimind3"], thinking_ratio)
+
+
+@pytest.mark.parametrize("thinking_ratio", [None, 0.0])
+def test_minimind2_runs_agent_rollouts_without_thoughts(tokenizers, thinking_ratio):
+    check_agent_tokenizer(tokenizers["minimind2"], thinking_ratio)
+
+
+def test_minimind2_is_refused_when_rollouts_open_thoughts(tokenizers):
+    with pytest.raises(RecipeError, match=r"thinking_ratio=0\.1 .*ignores open_thinking"):
+        check_agent_tokenizer(tokenizers["minimind2"], 0.1)
+
+
+@pytest.mark.parametrize(
+    "template, named",
+    [(None, "has none"), (NO_TOOLS, "does not read `tools`"), (NO_TOOL_MESSAGES, "does not render them")],
+)
+def test_a_template_without_tool_turns_is_refused(template, named):
+    tokenizer = build_minimind_tokenizer(generation="minimind3")
+    tokenizer.chat_template = template
+    with pytest.raises(RecipeError, match=named) as error:
+        check_agent_tokenizer(tokenizer, None)
+    assert "\n" not in str(error.value)
+
+
+def test_a_minimind2_rollout_shows_the_tools_and_their_results(tokenizers):
+    tokenizer = tokenizers["minimind2"]
+    tools = [{"type": "function", "function": {"name": "calculate_math", "description": "math",
+                                                "parameters": {"type": "object", "properties": {}}}}]
+    prompt = [{"role": "system", "content": "", "tools": json.dumps(tools)}, {"role": "user", "content": "2*3?"}]
+    call = '<tool_call>\n{"name": "calculate_math", "arguments": {"expression": "2*3"}}\n</tool_call>'
+    turns = iter([call, "6"])
+
+    def generate(contexts):  # every turn is visited, the last with no rollout still going
+        if not contexts:
+            return [], None
+        text = next(turns)
+        return [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]] * len(contexts), None
+
+    rollout = AgentRollout(Toolbox(), max_turns=3, max_total_length=None)
+    transcript = rollout.start(tokenizer, prompt, None, {})
+    rollout.run([transcript], tokenizer, generate, {})
+    assert "calculate_math" in tokenizer.decode(transcript.prompt_ids)
+    observed = [t for t, m in zip(transcript.response_ids, transcript.response_mask) if m == 0]
+    assert '"result": "6"' in tokenizer.decode(observed)
+    assert transcript.turn_outputs == [call, "6"] and transcript.tool_calls == 1 and transcript.tool_failures == 0
