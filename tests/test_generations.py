@@ -17,6 +17,7 @@ from minimind_trl.generations import (
     GENERATIONS,
     SCRIPT,
     TRAINING,
+    UPSTREAMS,
     compare,
     deviations,
     get_generation,
@@ -149,7 +150,7 @@ def test_script_rows_compare_the_commands_arguments(tmp_path):
 
 
 def test_unknown_generation_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="minimind2, minimind3"):
+    with pytest.raises(ValueError, match=", ".join(UPSTREAMS)):
         config(tmp_path, upstream="minimind4")
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..errors import RecipeError, RewardSpecError
-from ..generations import TRAINING, get_generation, render_generations_table
+from ..generations import TRAINING, UPSTREAMS, get_generation, render_generations_table
 from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
 from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
@@ -50,8 +50,8 @@ class MiniMindGRPOConfig(GRPOConfig):
             tokens of the accumulated batch), `"local-token-mean"` (`bnpo`), `"seq-mean-token-sum-norm"`
             (`dr_grpo`), `"seq-mean-token-sum"` (`luspo`). TRL's loss types aggregate their own way: leave it unset.
         upstream (`str` or `None`, *optional*, defaults to `None`):
-            The upstream generation the run follows (`minimind_trl.generations`: `"minimind2"`, `"minimind3"`,
-            `"minimind3_agent"`, or `"trl"`: TRL's own `GRPOConfig` defaults). It sets no value itself: the model
+            The upstream generation the run follows: a name of `minimind_trl.generations.UPSTREAMS` (the
+            generations of the table below, or `"trl"`: TRL's own `GRPOConfig` defaults). It sets no value itself: the model
             card's parity table compares the run against it (`None`: against `minimind2`, whose defaults these
             are) and `minimind-trl grpo` lists where a recipe setting it departs from that generation.
             [`~MiniMindGRPOConfig.trl_defaults`] builds a config with TRL's defaults (and `upstream="trl"`).
@@ -175,8 +175,8 @@ class MiniMindGRPOConfig(GRPOConfig):
     upstream: str | None = field(
         default=None,
         metadata={
-            "help": "The upstream generation the run follows ('minimind2', 'minimind3', or 'trl': TRL's GRPOConfig "
-            "defaults): the model card compares against it and `minimind-trl grpo` lists the recipe's departures from "
+            "help": f"The upstream generation the run follows ({', '.join(map(repr, UPSTREAMS))}; 'trl': TRL's "
+            "GRPOConfig defaults): the model card compares against it and `minimind-trl grpo` lists the recipe's departures from "
             "it. Sets no value (MiniMindGRPOConfig.trl_defaults() sets TRL's)."
         },
     )
