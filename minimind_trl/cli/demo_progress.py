@@ -14,6 +14,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from .demo_held_out import held_out_lines
+
 # (label on the per-step line, TRL log key, format)
 STEP_FIELDS = (
     ("reward", "reward", "{:.3f}"),
@@ -175,9 +177,11 @@ def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[st
 
 
 def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: str, content, seed: int, reward_model,
-                  seconds: float):
-    """`summary.json`: the reward's first/last 10-step means and the content property's share before/after GRPO
-    (`content` = (name, before, after, completions sampled)); returned as a dict."""
+                  seconds: float, held_out: tuple[dict, int, bool] = ({}, 0, False)):
+    """`summary.json`: the reward's first/last 10-step means, each reward term before/after GRPO on the held-out
+    prompts (`held_out` = (`demo_held_out.held_out_terms`, how many prompts, whether GRPO trained on them)) and the
+    content property's share before/after (`content` = (name, before, after, completions sampled)); returned as a
+    dict."""
     windows = reward_windows(records)
     name, before, after, sampled = content
     summary = {
@@ -196,6 +200,9 @@ def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: st
         "content_after": after,
         "content_gain": after - before,
         "content_completions": sampled,
+        "held_out_terms": held_out[0],  # each reward term and the total: [before, after] on the held-out prompts
+        "held_out_prompts": held_out[1],
+        "held_out_trained_on": held_out[2],
         "reward_model": reward_model,
         "seconds": round(seconds, 1),
     }
@@ -248,6 +255,9 @@ def summary_lines(
             f"{summary['content_completions']} sampled completions for held-out prompts): "
             f"{summary['content_before']:.0%} before GRPO -> {summary['content_after']:.0%} after."
         )
+    if summary is not None and summary.get("held_out_terms"):
+        lines += held_out_lines(summary["held_out_terms"], summary["content_completions"],
+                                summary["held_out_prompts"], summary["held_out_trained_on"])
     lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
     lines += format_samples("After GRPO (the saved model, read back):", after)
     lines.append("Outputs:")

@@ -62,19 +62,6 @@ def content_share(questions: list[str], completions: list[str], in_language=in_q
     return sum(in_language(q, c) for q, c in zip(questions, completions)) / max(len(completions), 1)
 
 
-def sample_content_share(model, tokenizer, training_args, prompts: list[str], samples: int, seed: int,
-                         in_language=in_question_language, chat_template_kwargs=None) -> float:
-    """Content share of `samples` completions per prompt, sampled as GRPO samples (the random stream is left alone)."""
-    import torch
-
-    from .demo_model import generate_completions
-
-    questions = [prompt for prompt in prompts for _ in range(samples)]
-    with torch.random.fork_rng():
-        completions = generate_completions(model, tokenizer, training_args, questions, seed, chat_template_kwargs)
-    return content_share(questions, completions, in_language)
-
-
 def split_prompts(prompts: list[str]) -> tuple[list[str], list[str]]:
     """(train, held out): every HELD_OUT_EVERY-th prompt is held out."""
     return (

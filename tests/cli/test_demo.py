@@ -343,6 +343,29 @@ def test_full_reward_demo_writes_summary_json(full_smoke_run):
     assert summary["reward_model"]["steps"] == 3
 
 
+def test_full_reward_demo_reports_each_term_before_and_after_on_the_held_out_prompts(full_smoke_run, tmp_path):
+    """summary.json's `held_out_terms`: TRL's names of the run's reward functions and the weighted total, before and
+    after; the rule terms after GRPO are those of the saved model's held-out samples, recomputed here."""
+    from minimind_trl.cli.demo_held_out import sample_held_out
+    from minimind_trl.cli.demo_reward_model import bundled_texts
+
+    _, output_dir = full_smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    terms = summary["held_out_terms"]
+    assert list(terms) == ["format_reward", "tag_count_reward", "reward_model", "reward"]
+    for when in (0, 1):
+        assert terms["reward"][when] == pytest.approx(sum(terms[name][when] for name in list(terms)[:3]))
+    held_out = bundled_texts()[1]
+    assert summary["held_out_prompts"] == len(held_out) and not summary["held_out_trained_on"]
+    _, grpo_args, _, _ = demo_parse_recipe(tmp_path)
+    model, tokenizer = MiniMindForCausalLM.from_pretrained(output_dir), AutoTokenizer.from_pretrained(output_dir)
+    sample = sample_held_out(model, tokenizer, grpo_args, held_out, demo.CONTENT_SAMPLES, seed=0)
+    assert len(sample.completions) == summary["content_completions"]
+    for name, reward in (("format_reward", format_reward), ("tag_count_reward", tag_count_reward)):
+        values = reward(sample.questions, sample.completions)
+        assert terms[name][1] == pytest.approx(sum(values) / len(values)), name
+
+
 def test_full_reward_demo_trains_on_prompts_the_content_check_does_not_use(full_smoke_run):
     from minimind_trl.cli.demo_reward_model import bundled_texts
 
