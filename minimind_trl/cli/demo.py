@@ -313,7 +313,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from transformers import PrinterCallback, ProgressCallback, set_seed
 
     from .demo_held_out import held_out_terms, sample_held_out
-    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, write_summary
+    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, weighted_names, write_summary
     from .demo_reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
     from ..models.minimind import MiniMindForCausalLM
     from .build import build_trainer
@@ -388,7 +388,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
-        f"rewards {' + '.join(script_args.reward_funcs)} ({variant.reward_scale(args.rewards)}), "
+        f"rewards {weighted_names(script_args.reward_funcs, trainer.reward_weights.tolist())} "
+        f"({variant.reward_scale(args.rewards)}), "
         f"{training_args.advantage_estimator} advantages, loss {training_args.loss_type}, recipe {recipe.path}"
     )
     grpo_started = time.time()
@@ -421,6 +422,7 @@ def run_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         reward_model=reward_model_report,
         held_out=(held_out_terms(trainer, held_before, held_after), len(held_out), args.rewards == "rules"),
+        reward_weights=trainer.reward_weights.tolist(),
         seconds=time.time() - started,
     )
     outputs = []

@@ -313,9 +313,15 @@ FULL_SMOKE_ARGS = ["--rewards", "full", "--steps", "3", "--warm-start-steps", "2
 
 @pytest.fixture(scope="module")
 def full_smoke_run(tmp_path_factory):
-    """One short `minimind-trl demo --rewards full` run: a 3-step reward model, 3 GRPO steps."""
+    """One short `minimind-trl demo --rewards full` run: a 3-step reward model, 3 GRPO steps. What it printed is in
+    `stdout.txt` beside the output folder."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
     output_dir = tmp_path_factory.mktemp("demo-full") / "out"
-    rc = cli(["demo", *FULL_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    with redirect_stdout(StringIO()) as printed:
+        rc = cli(["demo", *FULL_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    (output_dir.parent / "stdout.txt").write_text(printed.getvalue(), encoding="utf-8")
     return rc, output_dir
 
 
@@ -324,10 +330,11 @@ def test_full_reward_demo_logs_every_term_under_trls_names(full_smoke_run):
     assert rc == 0
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in records] == [1, 2, 3]
+    weights = yaml.safe_load(Path(resolve_recipe(demo.GRPO_FULL_RECIPE)).read_text())["reward_weights"]
     for record in records:
         terms = [record[f"rewards/{name}/mean"] for name in ("format_reward", "tag_count_reward", "reward_model")]
         assert -3.0 <= terms[2] <= 3.0  # clipped
-        assert record["reward"] == pytest.approx(sum(terms), abs=1e-5)
+        assert record["reward"] == pytest.approx(sum(w * t for w, t in zip(weights, terms)), abs=1e-5)
 
 
 def test_full_reward_demo_writes_summary_json(full_smoke_run):
@@ -353,8 +360,11 @@ def test_full_reward_demo_reports_each_term_before_and_after_on_the_held_out_pro
     summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
     terms = summary["held_out_terms"]
     assert list(terms) == ["format_reward", "tag_count_reward", "reward_model", "reward"]
+    weights = yaml.safe_load(Path(resolve_recipe(demo.GRPO_FULL_RECIPE)).read_text())["reward_weights"]
+    assert summary["reward_weights"] == weights
     for when in (0, 1):
-        assert terms["reward"][when] == pytest.approx(sum(terms[name][when] for name in list(terms)[:3]))
+        weighted = sum(weight * terms[name][when] for weight, name in zip(weights, list(terms)[:3]))
+        assert terms["reward"][when] == pytest.approx(weighted)
     held_out = bundled_texts()[1]
     assert summary["held_out_prompts"] == len(held_out) and not summary["held_out_trained_on"]
     _, grpo_args, _, _ = demo_parse_recipe(tmp_path)
@@ -364,6 +374,19 @@ def test_full_reward_demo_reports_each_term_before_and_after_on_the_held_out_pro
     for name, reward in (("format_reward", format_reward), ("tag_count_reward", tag_count_reward)):
         values = reward(sample.questions, sample.completions)
         assert terms[name][1] == pytest.approx(sum(values) / len(values)), name
+
+
+def test_full_reward_demo_prints_each_term_before_and_after_on_the_held_out_prompts(full_smoke_run):
+    """The printed summary has one line per reward term (and the total) with summary.json's held-out values."""
+    _, output_dir = full_smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    printed = (output_dir.parent / "stdout.txt").read_text(encoding="utf-8")
+    completions, prompts = summary["content_completions"], summary["held_out_prompts"]
+    assert f"on {completions} completions for {prompts} prompts held out" in printed
+    for name, (before, after) in summary["held_out_terms"].items():
+        label = "total (weighted sum)" if name == "reward" else name
+        values = f"{before:+.3f} -> {after:+.3f}  ({after - before:+.3f})"
+        assert re.search(rf"^  {re.escape(label)} +{re.escape(values)}$", printed, re.M), (name, printed)
 
 
 def test_full_reward_demo_trains_on_prompts_the_content_check_does_not_use(full_smoke_run):
