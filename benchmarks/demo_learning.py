@@ -6,8 +6,10 @@ the wall time and the load average the run saw.
     python benchmarks/demo_learning.py --seeds 3 4 --steps 300 -- --threads 2
     python benchmarks/demo_learning.py -- --upstream minimind3   # MiniMind-3's GRPO (docs/demo.md)
 
-Besides the total it prints each reward term's movement (first vs last 10 steps) and the share of held-out
-prompts answered in the question's language before and after GRPO (the demo's summary.json).
+Besides the total it prints each reward term's movement (first vs last 10 steps), each term before and after GRPO
+on the held-out prompts, the share of them answered in the question's language before and after (the demo's
+summary.json), and the CPU time the run took (user + system: comparable on a shared machine, where wall time is
+not).
 
 The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on upstream's 0-1.5 rule scale) for 3 seeds, in
 about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (The suite runs the default seed
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,9 +46,9 @@ def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) 
         command += ["--steps", str(steps)]
     command += extra
     load_before = os.getloadavg()[0]
-    started = time.time()
+    started, cpu_started = time.time(), _children_cpu_seconds()
     result = subprocess.run(command, capture_output=True, text=True)
-    wall = time.time() - started
+    wall, cpu = time.time() - started, _children_cpu_seconds() - cpu_started
     if result.returncode != 0:
         raise SystemExit(f"seed {seed}: demo failed ({result.returncode}):\n{result.stderr[-3000:]}")
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
@@ -65,11 +68,18 @@ def _run_seed(seed: int, steps: int | None, extra: list[str], output_dir: Path) 
         "terms_first_last": summary.get("terms_first_last", {}),
         "content_before": summary["content_before"],
         "content_after": summary["content_after"],
+        "held_out_terms": summary.get("held_out_terms", {}),
         "wall_s": wall,
+        "cpu_s": cpu,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "command": " ".join(["minimind-trl", *command[3:]]),
     }
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -86,7 +96,7 @@ def main() -> int:
     print(f"cpus={os.cpu_count()} load average at start={os.getloadavg()}")
     header = (
         f"{'seed':>5} {'steps':>5} {'warm':>4} {'first10':>8} {'last10':>7} {'gain':>7} {'fmt%':>5} {'wall_s':>7} "
-        f"{'load':>9}"
+        f"{'cpu_s':>6} {'load':>9}"
     )
     print(header)
     results = []
@@ -96,12 +106,14 @@ def main() -> int:
         print(
             f"{row['seed']:>5} {row['steps']:>5} {row['warm_start_steps']:>4} {row['first10']:>8.3f} "
             f"{row['last10']:>7.3f} {row['gain']:>+7.3f} {100 * row['format_share_last10']:>4.0f}% "
-            f"{row['wall_s']:>7.1f} {row['load_before']:>4.1f}/{row['load_after']:<4.1f} "
+            f"{row['wall_s']:>7.1f} {row['cpu_s']:>6.1f} {row['load_before']:>4.1f}/{row['load_after']:<4.1f} "
             f"content {row['content_before']:.0%} -> {row['content_after']:.0%}",
             flush=True,
         )
         terms = ", ".join(f"{name} {a:+.3f} -> {b:+.3f}" for name, (a, b) in row["terms_first_last"].items())
         print(f"      terms (first -> last {row['window']} steps): {terms}", flush=True)
+        held = ", ".join(f"{name} {a:+.3f} -> {b:+.3f}" for name, (a, b) in row["held_out_terms"].items())
+        print(f"      held-out prompts (before -> after GRPO): {held}", flush=True)
     passed = [row["gain"] >= args.min_gain for row in results]
     print(
         f"gain >= {args.min_gain} for {sum(passed)}/{len(results)} seeds; "

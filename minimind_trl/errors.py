@@ -41,6 +41,11 @@ class RewardFunctionError(RewardSpecError):
     """A reward function that raised or returned something other than one finite number (or None) per completion."""
 
 
+class ExtensionError(MiniMindTRLError):
+    """A loss, advantage estimator or loss aggregation that cannot be registered or imported as named, or that
+    returned what the trainer cannot use; the message names the config key, the value or the function."""
+
+
 class ResumeError(MiniMindTRLError):
     """A checkpoint that cannot be resumed with the current arguments."""
 
@@ -79,6 +84,7 @@ __all__ = [
     "ConversionError",
     "DemoError",
     "ExportError",
+    "ExtensionError",
     "MergeError",
     "MiniMindTRLError",
     "ModelSourceError",

@@ -254,6 +254,16 @@ def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLErro
     return getattr(module, attr)
 
 
+def import_function(
+    spec: str, what: str, error: type[Exception] = MiniMindTRLError, form: str = "package.module:function"
+):
+    """`import_object` for a function a seam calls (a reward, a loss, an estimator): it must be callable."""
+    func = import_object(spec, what, error, form=form)
+    if not callable(func):
+        raise error(f"{what} {spec!r}: the object it names is not callable (a {type(func).__name__})")
+    return func
+
+
 __all__ = [
     "DTYPES",
     "DTYPE_NAMES",
@@ -263,6 +273,7 @@ __all__ = [
     "check_output_file",
     "check_output_folder",
     "check_state_dict_matches",
+    "import_function",
     "import_object",
     "looks_local",
     "loading_info_problems",

@@ -279,3 +279,74 @@ class StopAfterStep(TrainerCallback):
         stop_at = os.environ.get(STOP_AT_STEP_ENV)
         if stop_at is not None and state.global_step >= int(stop_at):
             control.should_training_stop = True
+
+
+# --------------------------------------------------------------------------- a user's own seams (issue 35)
+
+# A module outside minimind_trl, as a user writes one: a REINFORCE loss reporting a metric of its own, a rank-based
+# advantage estimator and a token-mean aggregation. Each records, per rank, that it ran (`$GRPO_PROBE_DIR`).
+TOY_SEAMS = '''
+import json
+import os
+
+import torch
+
+
+def _ran(seam):
+    folder = os.environ.get("GRPO_PROBE_DIR")
+    if folder:
+        with open(os.path.join(folder, f"seams-rank{os.environ.get('RANK', '0')}.jsonl"), "a") as f:
+            f.write(json.dumps({"seam": seam}) + "\\n")
+
+
+def reinforce(inputs):
+    _ran("loss_type")
+    loss = -inputs.advantages * inputs.per_token_logps
+    return loss, {"toy/logp": inputs.per_token_logps.detach()}
+
+
+def group_rank(inputs):
+    _ran("advantage_estimator")
+    grouped = inputs.rewards.view(-1, inputs.num_generations)
+    ranks = grouped.argsort(dim=1, stable=True).argsort(dim=1).float()
+    return ((ranks - ranks.mean(dim=1, keepdim=True)) / inputs.num_generations).view(-1)
+
+
+def token_mean(per_token_loss, mask, scale):
+    _ran("loss_aggregation")
+    return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / scale.accumulation_steps
+
+
+def two_arguments(inputs, other):
+    return inputs.per_token_logps
+
+
+NOT_A_FUNCTION = 3
+'''
+TOY_SEAM_VALUES = {"loss_type": "reinforce", "advantage_estimator": "group_rank", "loss_aggregation": "token_mean"}
+
+
+def write_toy_seams(folder: Path, module: str) -> dict:
+    """`<folder>/<module>.py` holding `TOY_SEAMS`; returns the recipe values naming its three functions."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{module}.py").write_text(TOY_SEAMS, encoding="utf-8")
+    return {key: f"{module}:{name}" for key, name in TOY_SEAM_VALUES.items()}
+
+
+def saved_registries():
+    """A context manager restoring the three seams' registries (a resolved `module:function` stays registered)."""
+    from contextlib import contextmanager
+
+    from minimind_trl.trainer.seam_choice import SEAMS
+
+    @contextmanager
+    def restoring():
+        saved = [(seam.table, dict(seam.table)) for seam in SEAMS]
+        try:
+            yield
+        finally:
+            for table, content in saved:
+                table.clear()
+                table.update(content)
+
+    return restoring()

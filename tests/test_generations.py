@@ -263,3 +263,46 @@ def test_a_run_declaring_trl_lists_what_departs_from_trl(tmp_path):
     assert "steps_per_generation" not in seed  # 1 == gradient_accumulation_steps here
     accumulating = deviations(trl, config(tmp_path, gradient_accumulation_steps=4))
     assert [row.run_value for row in accumulating if row.name == "steps_per_generation"] == [1]
+
+
+def test_docs_example_trains_with_a_reward_function_that_returns_none_for_some_completions(
+    registries, tmp_path, monkeypatch
+):
+    """The docs' promise: rows no reward function could score get advantage 0 and the estimator never sees their
+    NaN, so the naive group mean of the example trains (before issue 35 it made the whole group NaN)."""
+    from datasets import Dataset
+
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    from trainer.test_trainer import grpo_config, tiny_model
+
+    monkeypatch.chdir(tmp_path)
+    exec(compile(docs_example(), str(DOC), "exec"), {})
+
+    def some_unscorable(completion_ids, **kwargs):  # None for the completions starting with a multiple of 3
+        return [None if ids[0] % 3 == 0 else float(sum(ids) % 5) for ids in completion_ids]
+
+    tokenizer = build_minimind_tokenizer()
+    rows = [{"prompt": f"Question {i // 4}: what now?"} for i in range(8)]
+    args = grpo_config(
+        tmp_path, loss_type="reinforce", advantage_estimator="group_mean_baseline", learning_rate=1e-2, max_steps=2,
+        save_strategy="no", beta=0.05, logging_steps=1,
+    )
+    initial = tiny_model(tokenizer)
+    trainer = MiniMindGRPOTrainer(
+        copy.deepcopy(initial), some_unscorable, args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+    )
+    completions = [[7 + i, 9, 11 + i, 2] for i in range(8)]  # rewards 4, 1, None, 0 | 2, None, 1, 3
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([completions[i] for i in range(len(prompt_ids))], None)
+    trainer.model.train()
+    inputs = trainer._generate_and_score_completions(rows)
+    scorable_baselines = torch.tensor([4 - 5 / 3, 1 - 5 / 3, 0.0, 0 - 5 / 3, 2 - 2.0, 0.0, 1 - 2.0, 3 - 2.0])
+    torch.testing.assert_close(inputs["advantages"], scorable_baselines)
+
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(p).all() and not torch.equal(p, q) for p, q in zip(trainer.model.parameters(),
+                                                                                  initial.parameters()))
+    logged = [entry["reinforce/logp"] for entry in trainer.state.log_history if "reinforce/logp" in entry]
+    assert len(logged) == 2 and all(value < 0 for value in logged)  # the example loss's own metric

@@ -10,6 +10,7 @@ from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
 from ..trainer.model_card import RunCard, peft_summary, upstream_settings, upstream_title
+from ..trainer.seam_choice import seam_rows
 from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
 from .recipe import Recipe
 from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering
@@ -58,6 +59,7 @@ def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_c
         peft=peft_summary(peft_config),
         settings=upstream_settings(training_args, script_args),
         upstream=upstream_title(training_args),
+        functions=seam_rows(training_args),
     )
 
 

@@ -171,9 +171,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-# --------------------------------------------------------------------------- data, tokenizer, model
-
-
 # --------------------------------------------------------------------------- warm start
 
 
@@ -315,8 +312,9 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
     from transformers import PrinterCallback, ProgressCallback, set_seed
 
-    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, write_summary
-    from .demo_reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward, sample_content_share
+    from .demo_held_out import held_out_terms, sample_held_out
+    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, weighted_names, write_summary
+    from .demo_reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
     from ..models.minimind import MiniMindForCausalLM
     from .build import build_trainer
     from .grpo import run
@@ -379,8 +377,8 @@ def run_demo(args: argparse.Namespace) -> int:
     del model
     warm_model = MiniMindForCausalLM.from_pretrained(policy_dir)
     before = sample_completions(warm_model, tokenizer, training_args, seed=args.seed, **sampling(variant))
-    content_before = sample_content_share(warm_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
-                                          variant.in_language, variant.sample_kwargs)
+    held_before = sample_held_out(warm_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
+                                  variant.sample_kwargs)
     del warm_model
 
     progress = DemoProgress(output_dir / "metrics.jsonl")
@@ -390,7 +388,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
-        f"rewards {' + '.join(script_args.reward_funcs)} ({variant.reward_scale(args.rewards)}), "
+        f"rewards {weighted_names(script_args.reward_funcs, trainer.reward_weights.tolist())} "
+        f"({variant.reward_scale(args.rewards)}), "
         f"{training_args.advantage_estimator} advantages, loss {training_args.loss_type}, recipe {recipe.path}"
     )
     grpo_started = time.time()
@@ -410,17 +409,20 @@ def run_demo(args: argparse.Namespace) -> int:
     plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
     after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
     after = sample_completions(after_model, tokenizer, training_args, seed=args.seed, **sampling(variant))
-    content_after = sample_content_share(after_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
-                                         variant.in_language, variant.sample_kwargs)
+    held_after = sample_held_out(after_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
+                                 variant.sample_kwargs)
     summary = write_summary(
         output_dir / SUMMARY_FILE,
         progress.records,
         rewards=reward_kind(args),
         reward_funcs=list(script_args.reward_funcs),
         grpo_dataset=script_args.dataset_name,
-        content=(CONTENT_METRIC, content_before, content_after, len(held_out) * CONTENT_SAMPLES),
+        content=(CONTENT_METRIC, held_before.share(variant.in_language), held_after.share(variant.in_language),
+                 len(held_out) * CONTENT_SAMPLES),
         seed=args.seed,
         reward_model=reward_model_report,
+        held_out=(held_out_terms(trainer, held_before, held_after), len(held_out), args.rewards == "rules"),
+        reward_weights=trainer.reward_weights.tolist(),
         seconds=time.time() - started,
     )
     outputs = []

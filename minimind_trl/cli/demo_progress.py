@@ -14,6 +14,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from .demo_held_out import held_out_lines
+
 # (label on the per-step line, TRL log key, format)
 STEP_FIELDS = (
     ("reward", "reward", "{:.3f}"),
@@ -175,14 +177,17 @@ def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[st
 
 
 def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: str, content, seed: int, reward_model,
-                  seconds: float):
-    """`summary.json`: the reward's first/last 10-step means and the content property's share before/after GRPO
-    (`content` = (name, before, after, completions sampled)); returned as a dict."""
+                  seconds: float, held_out: tuple[dict, int, bool] = ({}, 0, False), reward_weights=None):
+    """`summary.json`: the reward's first/last 10-step means, each reward term before/after GRPO on the held-out
+    prompts (`held_out` = (`demo_held_out.held_out_terms`, how many prompts, whether GRPO trained on them)) and the
+    content property's share before/after (`content` = (name, before, after, completions sampled)); returned as a
+    dict."""
     windows = reward_windows(records)
     name, before, after, sampled = content
     summary = {
         "rewards": rewards,
         "reward_funcs": reward_funcs,
+        "reward_weights": list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs),
         "grpo_dataset": grpo_dataset,
         "seed": seed,
         "steps": len(records),
@@ -196,12 +201,32 @@ def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: st
         "content_after": after,
         "content_gain": after - before,
         "content_completions": sampled,
+        "held_out_terms": held_out[0],  # each reward term and the total: [before, after] on the held-out prompts
+        "held_out_prompts": held_out[1],
+        "held_out_trained_on": held_out[2],
         "reward_model": reward_model,
         "seconds": round(seconds, 1),
     }
     path = Path(path)
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+def weighted_names(names, weights) -> str:
+    """'3 x format + 3 x tag_count + reward_model': the reward functions with the weights that are not 1."""
+    return " + ".join(name if weight == 1.0 else f"{weight:g} x {name}" for name, weight in zip(names, weights))
+
+
+def _rule_weight(summary: dict) -> str:
+    """How the full reward weighs its rule terms against the reward model's, as a prefix of 'rule reward': '' when
+    all weigh 1, '3 x ' for the rules at 3 and the reward model at 1, else each weight."""
+    weights = dict(zip(summary["reward_funcs"], summary.get("reward_weights") or [1.0] * len(summary["reward_funcs"])))
+    rules = {weights.get("format"), weights.get("tag_count")}
+    if set(weights.values()) == {1.0}:
+        return ""
+    if len(rules) == 1 and weights.get("reward_model") == 1.0:
+        return f"{rules.pop():g} x "
+    return "(weighted " + ", ".join(f"{name} {weight:g}" for name, weight in weights.items()) + ") "
 
 
 def summary_lines(
@@ -213,10 +238,12 @@ def summary_lines(
     windows = reward_windows(records)
     kind = summary["rewards"] if summary is not None else "rules"
     full = kind == "full"
+    rule_weight = _rule_weight(summary) if full else ""
     if windows is not None:
         window, first, last = windows
-        scale = {"full": "rules 0-1.5 + reward model -3..3", "minimind3": "MiniMind-3's: rules -1.75..1.75 + reward "
-                 "model -3..3"}.get(kind, "upstream's rule rewards, 0-1.5")
+        scale = {"full": f"{rule_weight}rules 0-1.5 + reward model -3..3",
+                 "minimind3": "MiniMind-3's: rules -1.75..1.75 + reward model -3..3"}.get(
+            kind, "upstream's rule rewards, 0-1.5")
         lines.append(
             f"Reward ({scale}): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "
             f"({last - first:+.3f}) over {len(records)} steps in {grpo_seconds:.0f}s."
@@ -233,9 +260,10 @@ def summary_lines(
         ]
     elif full:
         lines.append(
-            "Reward = rule reward (0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly once) + the "
-            "reward model's score, clipped to +-3, 0.4 x whole completion + 0.6 x the <answer> text (upstream's "
-            "reasoning reward). The reward model prefers answers in the question's language."
+            f"Reward = {rule_weight}rule reward (0.5 for the exact <think>/<answer> layout + 0.25 per tag used exactly "
+            "once) + the reward model's score, clipped to +-3, 0.4 x whole completion + 0.6 x the <answer> text "
+            "(upstream's reasoning reward" + (", which weighs the terms alike" if rule_weight else "") + "). The "
+            "reward model prefers answers in the question's language."
         )
     else:
         lines.append(
@@ -248,6 +276,9 @@ def summary_lines(
             f"{summary['content_completions']} sampled completions for held-out prompts): "
             f"{summary['content_before']:.0%} before GRPO -> {summary['content_after']:.0%} after."
         )
+    if summary is not None and summary.get("held_out_terms"):
+        lines += held_out_lines(summary["held_out_terms"], summary["content_completions"],
+                                summary["held_out_prompts"], summary["held_out_trained_on"])
     lines += format_samples("Before GRPO (the warm-started model), one sample per prompt:", before)
     lines += format_samples("After GRPO (the saved model, read back):", after)
     lines.append("Outputs:")
@@ -262,6 +293,7 @@ __all__ = [
     "plot_reward_curve",
     "reward_windows",
     "term_windows",
+    "weighted_names",
     "summary_lines",
     "write_summary",
 ]

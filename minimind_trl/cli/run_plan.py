@@ -23,6 +23,7 @@ from ..trainer.run_identity import normal_path, path_fingerprint
 from ..trainer.extras import check_extras
 from ..trainer.output_dir import check_output_dir, run_inputs
 from ..trainer.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
+from ..trainer.seam_choice import seam_run_identity
 from .policy import check_model_source, is_native_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
     if training_args.should_save:
         check_writable(training_args.output_dir)
         check_output_dir_free(training_args.output_dir)
-    identity = recipe_run_identity(script_args, model_args)
+    identity = recipe_run_identity(script_args, model_args) | seam_run_identity(training_args)
     check_output_dir(
         training_args.output_dir,
         resume is not None,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import RewardSpecError
-from ..loading_utils import import_object, looks_local, whole_model_loading
+from ..loading_utils import import_function, looks_local, whole_model_loading
 from .minimind3_rewards import AnswerRewardModelReward, length, repetition_penalty, think_close_count, thinking_length
 from .reward_model import RewardModelReward
 from .rule_rewards import format_reward, tag_count_reward
@@ -257,10 +257,7 @@ REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model", "agent_reward")  
 
 def import_reward_function(spec: str) -> Callable:
     """`package.module:function` or `package.module.function` -> the callable."""
-    func = import_object(spec, "reward function", RewardSpecError, form="package.module:function")
-    if not callable(func):
-        raise RewardSpecError(f"reward function {spec!r} is not callable")
-    return func
+    return import_function(spec, "reward function", RewardSpecError)
 
 
 def _is_import_spec(name: str) -> bool:

@@ -4,7 +4,9 @@
 * `grpo_trainer`: `MiniMindGRPOTrainer` (rollouts, rewards, advantages, loss, checkpoints, model card);
 * `advantages` / `policy_losses` / `loss_aggregation`: registries of pure functions (`register_adv_est`,
   `register_policy_loss`, `register_loss_aggregation`) holding both upstream generations' arithmetic
-  (`minimind_trl.generations` records which one each generation uses);
+  (`minimind_trl.generations` records which one each generation uses); `seams`: what the three have in common
+  (names, `package.module:function` values imported and checked); `seam_choice`: a config's three, resolved before
+  it validates them and named for the model card and the run record;
 * `fast_sampling` / `decode_kernel` / `fast_logprobs`: the lean rollout sampler, its packed MiniMind decoding
   step and the completion-only log-prob head;
 * `cpu_precision`: bf16 or fp32 on CPU, chosen from what this CPU computes fast (`bf16` unset);

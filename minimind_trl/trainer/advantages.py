@@ -1,8 +1,10 @@
 """GRPO advantage estimators: a registry of pure functions, and MiniMind's two generations of them.
 
 `register_adv_est(name)` adds an estimator (a function of `AdvantageInputs` returning one advantage per row);
-`advantage_estimator: <name>` picks it. `"trl"` is not in the registry: it keeps TRL's own advantages
-(`scale_rewards`, `multi_objective_aggregation`). Registered here:
+`advantage_estimator: <name>` picks it (or `advantage_estimator: package.module:function`, see `seams.py`).
+`"trl"` is not in the registry: it keeps TRL's own advantages (`scale_rewards`, `multi_objective_aggregation`).
+`estimate_advantages` is how the trainer calls one: an estimator never sees a NaN reward (a naive group mean would
+turn a whole group into NaN), what it returns is checked, naming it, and unscorable rows get 0. Registered here:
 
 * `"minimind"`: the seed's (MiniMind2, fea69cf) double normalisation, below;
 * `"group_zscore"`: MiniMind-3's (d65ef2c), `(r - mean) / (std(unbiased=False) + 1e-4)` per group, no clamp, no
@@ -35,6 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from ..errors import ExtensionError
+from .seams import Seam, function_name
 
 GROUP_STD_EPS = 1e-4
 BATCH_STD_EPS = 1e-8
@@ -150,48 +155,83 @@ TRL_ADVANTAGES = "trl"  # TRL's own advantages: not a registered function, TRL c
 class AdvantageInputs:
     """What an estimator sees: the generation batch gathered from every process.
 
-    `rewards` (N,): the weighted sum of the reward functions per completion, NaN where no function could score it
-    (the trainer gives those rows advantage 0 whatever the estimator returns); a prompt's `num_generations`
-    completions are adjacent. `process_rows`: how many rows each process holds (the batch is the processes'
-    slices in order), for estimators that normalise per process as the seed did; others ignore it.
+    `rewards` (N,): the weighted sum of the reward functions per completion; a prompt's `num_generations`
+    completions are adjacent. `scorable` (N,, bool): False where no reward function could score the completion
+    (TRL's None). Built by `from_rewards`, `rewards` holds no NaN: an unscorable row stands at the mean of its
+    group's scorable rewards (0 in a group without any), so a baseline taken over the group is the scorable rows'
+    own and the row itself sits at it; the trainer gives those rows advantage 0 whatever the estimator returns.
+    `process_rows`: how many rows each process holds (the batch is the processes' slices in order), for
+    estimators that normalise per process as the seed did; others ignore it.
     """
 
     rewards: torch.Tensor
     num_generations: int
     process_rows: int
+    scorable: torch.Tensor | None = None  # None: every row whose reward is not NaN
+
+    @classmethod
+    def from_rewards(cls, rewards: torch.Tensor, num_generations: int, process_rows: int) -> "AdvantageInputs":
+        """The inputs for `rewards` with NaN where unscorable: NaN rows filled as the class says."""
+        rewards = _as_float(rewards)
+        grouped = _grouped(rewards, num_generations)
+        scorable = ~torch.isnan(grouped)
+        count = scorable.sum(dim=1, keepdim=True)
+        mean = torch.where(scorable, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
+        filled = torch.where(scorable, grouped, mean.expand_as(grouped))
+        return cls(filled.reshape(-1), num_generations, process_rows, scorable.reshape(-1))
+
+    def rewards_with_nan(self) -> torch.Tensor:
+        """`rewards` with NaN in the unscorable rows: what the NaN-aware statistics below leave out."""
+        if self.scorable is None:
+            return self.rewards
+        return torch.where(self.scorable, self.rewards, torch.nan)
 
 
 AdvantageEstimator = Callable[[AdvantageInputs], torch.Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+ADVANTAGE_SEAM = Seam(
+    "advantage_estimator",
+    "advantage estimator",
+    ("inputs",),
+    ADVANTAGE_ESTIMATORS,
+    reserved={TRL_ADVANTAGES: f"advantage estimator name {TRL_ADVANTAGES!r} is reserved for TRL's own advantages"},
+)
 
 
 def register_adv_est(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
     """Decorator: register `fn(inputs: AdvantageInputs) -> Tensor (N,)` as `advantage_estimator: <name>`."""
-
-    def register(fn: AdvantageEstimator) -> AdvantageEstimator:
-        if name == TRL_ADVANTAGES:
-            raise ValueError(f"advantage estimator name {name!r} is reserved for TRL's own advantages")
-        if ADVANTAGE_ESTIMATORS.get(name, fn) is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered ({ADVANTAGE_ESTIMATORS[name]})")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return register
+    return ADVANTAGE_SEAM.register(name)
 
 
 def get_adv_estimator(name: str) -> AdvantageEstimator:
-    if name not in ADVANTAGE_ESTIMATORS:
-        known = ", ".join([TRL_ADVANTAGES, *ADVANTAGE_ESTIMATORS])
-        raise ValueError(f"unknown advantage_estimator {name!r}; registered: {known}")
-    return ADVANTAGE_ESTIMATORS[name]
+    return ADVANTAGE_SEAM.get(name)
+
+
+def estimate_advantages(name: str, rewards: torch.Tensor, num_generations: int, process_rows: int) -> torch.Tensor:
+    """The registered estimator `name` on the gathered `rewards` (NaN: unscorable), checked where it returns: a
+    tensor of one finite advantage per scorable row. Unscorable rows get 0."""
+    fn = get_adv_estimator(name)
+    inputs = AdvantageInputs.from_rewards(rewards, num_generations, process_rows)
+    advantages = fn(inputs)
+    who = f"advantage estimator {name!r} ({function_name(fn)})"
+    if not isinstance(advantages, torch.Tensor):
+        raise ExtensionError(f"{who} returned a {type(advantages).__name__}; expected a tensor of one advantage per "
+                             f"completion, shape {tuple(rewards.shape)}")
+    if advantages.shape != rewards.shape:
+        raise ExtensionError(f"{who} returned shape {tuple(advantages.shape)} for {tuple(rewards.shape)} rewards")
+    if not torch.isfinite(advantages[inputs.scorable]).all():
+        raise ExtensionError(f"{who} returned a non-finite advantage for a scored row")
+    return torch.where(inputs.scorable, advantages, 0.0).to(rewards.dtype)
 
 
 @register_adv_est("minimind")
 def minimind_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """The seed's advantages: group z-scores over the gathered batch (a group may span processes), then the batch
-    re-normalisation over each process's own rows, as upstream normalised per rank."""
-    stage_one = group_zscore(inputs.rewards, inputs.num_generations)
-    no_spread = zero_spread_rows(inputs.rewards, inputs.num_generations)
+    re-normalisation over each process's own rows, as upstream normalised per rank. Unscorable rows stay out of
+    every statistic."""
+    rewards = inputs.rewards_with_nan()
+    stage_one = group_zscore(rewards, inputs.num_generations)
+    no_spread = zero_spread_rows(rewards, inputs.num_generations)
     pieces = zip(stage_one.split(inputs.process_rows), no_spread.split(inputs.process_rows), strict=True)
     return torch.cat([batch_renormalize(advantages, zero_rows) for advantages, zero_rows in pieces])
 
@@ -199,16 +239,19 @@ def minimind_estimator(inputs: AdvantageInputs) -> torch.Tensor:
 @register_adv_est("group_zscore")
 def group_zscore_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """MiniMind-3's advantages: `(r - mean) / (std(unbiased=False) + 1e-4)` per group; no clamp, no batch step.
-    Groups without spread get exactly 0 (upstream's arithmetic may leave ~1e-5 of rounding there)."""
-    advantages = group_zscore(inputs.rewards, inputs.num_generations, unbiased=False, clamp=None)
+    Groups without spread get exactly 0 (upstream's arithmetic may leave ~1e-5 of rounding there); unscorable rows
+    stay out of the group statistics."""
+    advantages = group_zscore(inputs.rewards_with_nan(), inputs.num_generations, unbiased=False, clamp=None)
     return torch.nan_to_num(advantages, nan=0.0)
 
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_SEAM",
     "TRL_ADVANTAGES",
     "AdvantageInputs",
     "batch_renormalize",
+    "estimate_advantages",
     "get_adv_estimator",
     "group_zscore",
     "group_zscore_estimator",

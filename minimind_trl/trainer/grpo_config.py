@@ -16,6 +16,7 @@ from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
 from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION, effective_loss_aggregation
 from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
+from .seam_choice import resolve_seam_names
 
 SAMPLING_WEIGHTS_DTYPES = ("auto", "bfloat16", "float16")  # or None
 
@@ -40,9 +41,10 @@ class MiniMindGRPOConfig(GRPOConfig):
             own advantages (`scale_rewards`, `multi_objective_aggregation`). `"minimind"`: the seed's (see
             [`minimind_advantages`]): per-group z-score with the unbiased std + 1e-4, clamped to [-10, 10], then
             re-normalised over the process-local generation batch. `"group_zscore"`: MiniMind-3's, the per-group
-            z-score with the population std + 1e-4, no clamp, no batch step. With a registered estimator
-            `scale_rewards` and `multi_objective_aggregation` must keep their defaults, since they would have no
-            effect.
+            z-score with the population std + 1e-4, no clamp, no batch step. Any importable
+            `package.module:function` works too (imported and registered when the config is built). With a
+            registered estimator `scale_rewards` and `multi_objective_aggregation` must keep their defaults, since
+            they would have no effect.
         loss_aggregation (`str` or `None`, *optional*, defaults to `None`):
             For a registered `loss_type`, how its per-token losses become the loss (a mode of
             `minimind_trl.trainer.loss_aggregation`): `"seq-mean-token-mean"` (`None`; upstream's, both generations:
@@ -161,15 +163,16 @@ class MiniMindGRPOConfig(GRPOConfig):
             "help": "A registered advantage estimator or 'trl' (TRL's, with `scale_rewards` and "
             "`multi_objective_aggregation`). 'minimind': the seed's double-normalised advantages (group z-score with "
             "unbiased std + 1e-4, clamp to [-10, 10], then re-normalised over the process-local batch); "
-            "'group_zscore': MiniMind-3's (group z-score with the population std + 1e-4, nothing else)."
+            "'group_zscore': MiniMind-3's (group z-score with the population std + 1e-4, nothing else). Or any "
+            "importable 'package.module:function' of AdvantageInputs."
         },
     )
     loss_aggregation: str | None = field(
         default=None,
         metadata={
             "help": "For a registered loss_type: 'seq-mean-token-mean' (None; upstream's per-completion mean), "
-            "'token-mean', 'local-token-mean', 'seq-mean-token-sum-norm' or 'seq-mean-token-sum'. TRL's loss "
-            "types aggregate their own way."
+            "'token-mean', 'local-token-mean', 'seq-mean-token-sum-norm', 'seq-mean-token-sum' or an importable "
+            "'package.module:function'. TRL's loss types aggregate their own way."
         },
     )
     upstream: str | None = field(
@@ -285,7 +288,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         metadata={
             "help": "A TRL loss type ('grpo': the seed's, mean over completions of the masked token mean; 'dapo', "
             "'cispo', ...) or a registered policy loss ('minimind3_cispo', 'minimind3_grpo': MiniMind-3's, "
-            "aggregated per completion)."
+            "aggregated per completion) or an importable 'package.module:function' of PolicyLossInputs."
         },
     )
     use_bias_correction_kl: bool = field(
@@ -310,6 +313,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         self._choose_precision()
         super().__post_init__()
 
+        resolve_seam_names(self)  # `package.module:function` values imported and registered before the checks
         estimators = (TRL_ADVANTAGES, *ADVANTAGE_ESTIMATORS)
         if self.advantage_estimator not in estimators:
             raise ValueError(f"advantage_estimator must be one of {estimators}, got {self.advantage_estimator!r}.")

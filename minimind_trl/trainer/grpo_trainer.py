@@ -30,7 +30,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from ..prompt_rendering import check_rendered_dataset, prompt_renderer
-from .advantages import TRL_ADVANTAGES, AdvantageInputs, get_adv_estimator, minimind_advantages
+from .advantages import TRL_ADVANTAGES, estimate_advantages, minimind_advantages
 from .checkpointing import (
     RUN_INFO_NAME,
     STAGING_DIR,
@@ -49,7 +49,7 @@ from .extras import EXTRAS, check_extras
 from . import cpu_precision
 from .fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
-from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_aggregation
+from .loss_aggregation import LossScale, aggregate, effective_loss_aggregation
 from .model_card import (
     RunCard,
     extend_model_card,
@@ -58,7 +58,9 @@ from .model_card import (
     upstream_settings,
     upstream_title,
 )
-from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, get_policy_loss, k3_kl, upto_first_eos_mask
+from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
+from .policy_losses import upto_first_eos_mask
+from .seam_choice import seam_rows, seam_run_identity
 from .trl_overrides import reference_copy, trl_init_overrides
 from .vllm_rollouts import (
     check_server_logprobs_mode,
@@ -143,7 +145,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
             model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset, self.rollout_func
-        )
+        ) | seam_run_identity(args)
         self.run_identity = {**known, **(run_identity or {})}
         tokenizer = getattr(self.processing_class, "name_or_path", None)
         self._run_inputs = run_inputs(self.run_identity, tokenizer, reward_model_sources(reward_funcs))
@@ -250,21 +252,11 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         return rewards
 
     def _advantages(self, rewards: torch.Tensor, mode: str) -> torch.Tensor:
-        """The configured estimator's advantages for the gathered batch (`rewards` from `_weighted_rewards`); rows
-        no reward function could score get 0."""
+        """The configured estimator's advantages for the gathered batch (`rewards` from `_weighted_rewards`, NaN
+        where unscorable), through `advantages.estimate_advantages`: no NaN in, checked out, 0 for unscorable rows."""
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         process_rows = rewards.numel() // self.accelerator.num_processes
-        estimator = self.args.advantage_estimator
-        advantages = get_adv_estimator(estimator)(AdvantageInputs(rewards, num_generations, process_rows))
-        if advantages.shape != rewards.shape:
-            raise ValueError(
-                f"advantage estimator {estimator!r} returned shape {tuple(advantages.shape)} for "
-                f"{tuple(rewards.shape)} rewards"
-            )
-        unscorable = torch.isnan(rewards)
-        if not torch.isfinite(advantages[~unscorable]).all():
-            raise ValueError(f"advantage estimator {estimator!r} returned a non-finite advantage for a scored row")
-        return torch.where(unscorable, 0.0, advantages).to(rewards.dtype)
+        return estimate_advantages(self.args.advantage_estimator, rewards, num_generations, process_rows)
 
     def _dynamically_sampled(self, inputs):
         """The generation batch with its groups without spread replaced (`dynamic_sampling.refill`)."""
@@ -314,7 +306,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             epsilon=self.epsilon_low,
             epsilon_high=self.epsilon_high,
         )
-        per_token_loss = get_policy_loss(self.loss_type)(batch)
+        per_token_loss, loss_metrics = compute_policy_loss(self.loss_type, batch)
         if "importance_sampling_ratio" in inputs:  # TRL's vLLM correction, applied as TRL applies it to its losses
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         mode = "train" if self.model.training else "eval"
@@ -325,8 +317,10 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             per_token_loss = per_token_loss + self.beta * per_token_kl
             self._metrics[mode]["kl"].append(self._global_masked_mean(per_token_kl, mask))
         self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies, mask))
+        for key, value in loss_metric_values(loss_metrics, mask, self.accelerator).items():  # beside TRL's
+            self._metrics[mode][key].append(value)
         aggregation = effective_loss_aggregation(self.loss_type, self.args.loss_aggregation)
-        return get_loss_aggregation(aggregation)(per_token_loss, mask, self._loss_scale(inputs, mode))
+        return aggregate(aggregation, per_token_loss, mask, self._loss_scale(inputs, mode))
 
     def _loss_mask(self, inputs) -> torch.Tensor:
         """The completion tokens a registered loss counts: up to and including the first EOS inside the rollout's
@@ -418,6 +412,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             peft=peft_summary(peft_config),
             settings=upstream_settings(self.args),
             upstream=upstream_title(self.args),
+            functions=seam_rows(self.args),
         )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):

@@ -2,8 +2,9 @@
 
 `register_loss_aggregation(name)` adds a mode: a function of the per-token loss (B, T), its mask and a `LossScale`
 returning the scalar to back-propagate, already divided for gradient accumulation. `loss_aggregation: <name>`
-picks it for a registered `loss_type`; TRL's own loss types aggregate inside TRL, as `TRL_LOSS_AGGREGATION`
-names.
+(or `package.module:function`, see `seams.py`) picks it for a registered `loss_type`; TRL's own loss types
+aggregate inside TRL, as `TRL_LOSS_AGGREGATION` names. `aggregate` calls a mode and checks that it returned a
+scalar tensor, naming the function.
 
 * `seq-mean-token-mean`: each completion's masked token mean, then the mean over completions: both upstream
   generations, TRL's `grpo` and `sapo`. The default for registered losses.
@@ -20,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from ..errors import ExtensionError
+from .seams import Seam, function_name
 
 DEFAULT_LOSS_AGGREGATION = "seq-mean-token-mean"
 
@@ -40,24 +44,29 @@ class LossScale:
 
 LossAggregation = Callable[[torch.Tensor, torch.Tensor, LossScale], torch.Tensor]
 LOSS_AGGREGATIONS: dict[str, LossAggregation] = {}
+LOSS_AGGREGATION_SEAM = Seam(
+    "loss_aggregation", "loss aggregation", ("per_token_loss", "mask", "scale"), LOSS_AGGREGATIONS
+)
 
 
 def register_loss_aggregation(name: str) -> Callable[[LossAggregation], LossAggregation]:
     """Decorator: register `fn(per_token_loss, mask, scale: LossScale) -> scalar` as `loss_aggregation: <name>`."""
-
-    def register(fn: LossAggregation) -> LossAggregation:
-        if LOSS_AGGREGATIONS.get(name, fn) is not fn:
-            raise ValueError(f"loss aggregation {name!r} is already registered ({LOSS_AGGREGATIONS[name]})")
-        LOSS_AGGREGATIONS[name] = fn
-        return fn
-
-    return register
+    return LOSS_AGGREGATION_SEAM.register(name)
 
 
 def get_loss_aggregation(name: str) -> LossAggregation:
-    if name not in LOSS_AGGREGATIONS:
-        raise ValueError(f"unknown loss_aggregation {name!r}; registered: {', '.join(LOSS_AGGREGATIONS)}")
-    return LOSS_AGGREGATIONS[name]
+    return LOSS_AGGREGATION_SEAM.get(name)
+
+
+def aggregate(name: str, per_token_loss: torch.Tensor, mask: torch.Tensor, scale: LossScale) -> torch.Tensor:
+    """The mode `name` on one micro-batch, checked where it returns: one scalar tensor."""
+    fn = get_loss_aggregation(name)
+    loss = fn(per_token_loss, mask, scale)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ExtensionError(f"loss aggregation {name!r} ({function_name(fn)}) returned {shape}; expected one "
+                             "scalar tensor (shape ()), the loss to back-propagate")
+    return loss
 
 
 @register_loss_aggregation("seq-mean-token-mean")
@@ -122,8 +131,10 @@ def effective_loss_aggregation(loss_type: str, loss_aggregation: str | None) -> 
 __all__ = [
     "DEFAULT_LOSS_AGGREGATION",
     "LOSS_AGGREGATIONS",
+    "LOSS_AGGREGATION_SEAM",
     "LossScale",
     "TRL_LOSS_AGGREGATION",
+    "aggregate",
     "effective_loss_aggregation",
     "get_loss_aggregation",
     "register_loss_aggregation",

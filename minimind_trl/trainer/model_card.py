@@ -34,6 +34,7 @@ class RunCard:
     peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
     upstream: str = get_generation(None).title  # the generation `settings` compares against
+    functions: list[tuple] = field(default_factory=list)  # (config key, name, function): `seam_choice.seam_rows`
 
 
 def upstream_settings(training_args, script_args=None) -> list[tuple]:
@@ -112,6 +113,10 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
     for name, weight in zip(card.reward_funcs, weights):
         shown = f"{name} (`{card.reward_model}`)" if name in REWARD_MODEL_REWARDS and card.reward_model else name
         lines.append(f"| {shown} | {format_value(float(weight))} |")
+
+    if card.functions:
+        lines += ["", "### Advantages and loss", "", "| setting | name | function |", "|---|---|---|"]
+        lines += [f"| {key} | `{name}` | `{function}` |" for key, name, function in card.functions]
 
     metrics = final_metrics(log_history)
     lines += ["", "### Final metrics", ""]

@@ -1,10 +1,19 @@
 """GRPO policy losses: a registry of pure per-token functions, and MiniMind-3's two.
 
 `register_policy_loss(name)` adds a loss: a function of `PolicyLossInputs` returning the per-token policy loss
-(B, T). `loss_type: <name>` picks it; the trainer then adds the KL penalty `beta * k3` (as upstream and TRL do
-for every loss) and aggregates with `loss_aggregation` (`loss_aggregation.py`). TRL's own loss types
+(B, T), or, as verl's losses do, `(per_token_loss, metrics)`. `loss_type: <name>` picks it (or `loss_type:
+package.module:function`, see `seams.py`); the trainer then adds the KL penalty `beta * k3` (as upstream and TRL
+do for every loss) and aggregates with `loss_aggregation` (`loss_aggregation.py`). TRL's own loss types
 (`TRL_LOSS_TYPES`) are not registered here: those names run TRL's `_compute_loss` untouched, so they cannot be
 taken by a registered loss.
+
+`compute_policy_loss` calls the loss and checks what it returns, naming the function: a tensor of shape (B, T)
+(a (B,) loss would silently broadcast along the tokens), attached to the graph (a detached one would leave only
+the KL to train) and finite. Its `metrics` (name -> tensor) are logged beside TRL's, under TRL's conventions
+(`loss_metric_values`): a (B, T) tensor as its mean over the loss tokens of every process (TRL's
+`clip_ratio/low_mean`), a (B,) tensor (one value per completion, e.g. `PolicyLossInputs.completion_mean`) as the
+min over every process's completions when the name ends in `_min`, the max for `_max`, else the mean (TRL's
+`clip_ratio/low_min`), a scalar as the mean over processes. Every process must return the same names.
 
 Registered here, MiniMind-3's (d65ef2c) two `--loss_type` values, named apart from TRL's so a recipe says which
 arithmetic it gets:
@@ -24,6 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from ..errors import ExtensionError
+from .seams import Seam, function_name
 
 # The loss types TRL 1.16's `GRPOTrainer._compute_loss` implements (tests read them back from its source).
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -52,30 +64,87 @@ class PolicyLossInputs:
         """The importance ratio `exp(logp - old_logp)` (carries the gradient of `logp`)."""
         return torch.exp(self.per_token_logps - self.old_per_token_logps)
 
+    def completion_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """(B,): each completion's mean of `values` (B, T) over its loss tokens; NaN for a completion without any
+        (TRL's `masked_seq_mean`, which its `clip_ratio/low_min` and `high_max` take)."""
+        return (values * self.mask).sum(dim=-1) / self.mask.sum(dim=-1)
 
-PolicyLoss = Callable[[PolicyLossInputs], torch.Tensor]
+
+PolicyLoss = Callable[[PolicyLossInputs], torch.Tensor | tuple[torch.Tensor, dict]]
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
+POLICY_LOSS_SEAM = Seam(
+    "loss_type",
+    "policy loss",
+    ("inputs",),
+    POLICY_LOSSES,
+    reserved={
+        name: f"loss type {name!r} is TRL's own (TRL computes it); register yours under another name"
+        for name in TRL_LOSS_TYPES
+    },
+)
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Decorator: register `fn(inputs: PolicyLossInputs) -> Tensor (B, T)` as `loss_type: <name>`."""
-
-    def register(fn: PolicyLoss) -> PolicyLoss:
-        if name in TRL_LOSS_TYPES:
-            raise ValueError(f"loss type {name!r} is TRL's own (TRL computes it); register yours under another name")
-        if POLICY_LOSSES.get(name, fn) is not fn:
-            raise ValueError(f"policy loss {name!r} is already registered ({POLICY_LOSSES[name]})")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return register
+    """Decorator: register `fn(inputs: PolicyLossInputs) -> Tensor (B, T)` (or `(Tensor (B, T), metrics)`) as
+    `loss_type: <name>`."""
+    return POLICY_LOSS_SEAM.register(name)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"unknown loss_type {name!r}; TRL's: {', '.join(TRL_LOSS_TYPES)}; registered: "
-                         f"{', '.join(POLICY_LOSSES) or 'none'}")
-    return POLICY_LOSSES[name]
+    return POLICY_LOSS_SEAM.get(name)
+
+
+def compute_policy_loss(name: str, inputs: PolicyLossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The registered loss `name` on `inputs`: `(per_token_loss (B, T), metrics)`, checked where it returns."""
+    fn = get_policy_loss(name)
+    result = fn(inputs)
+    who = f"policy loss {name!r} ({function_name(fn)})"
+    per_token_loss, metrics = result if isinstance(result, tuple) and len(result) == 2 else (result, {})
+    expected = tuple(inputs.per_token_logps.shape)
+    if not isinstance(per_token_loss, torch.Tensor):
+        raise ExtensionError(f"{who} returned a {type(per_token_loss).__name__}, not a tensor of shape (B, T) = "
+                             f"{expected} (or a (tensor, metrics) pair)")
+    if tuple(per_token_loss.shape) != expected:
+        raise ExtensionError(f"{who} returned shape {tuple(per_token_loss.shape)}; a per-token loss has the shape "
+                             f"of per_token_logps, (B, T) = {expected}")
+    if inputs.per_token_logps.requires_grad and not per_token_loss.requires_grad:
+        raise ExtensionError(f"{who} returned a loss detached from the policy's log-probs: it would train nothing "
+                             "(only the KL term would move the weights)")
+    if not torch.isfinite(per_token_loss).all():
+        raise ExtensionError(f"{who} returned NaN or infinite values: the weights would become NaN")
+    if not isinstance(metrics, dict):
+        raise ExtensionError(f"{who} returned metrics of type {type(metrics).__name__}; expected a dict name -> value")
+    return per_token_loss, {key: _metric_tensor(who, key, value, expected) for key, value in metrics.items()}
+
+
+def _metric_tensor(who: str, key, value, shape: tuple[int, int]) -> torch.Tensor:
+    value = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float32)
+    if not isinstance(key, str) or tuple(value.shape) not in ((), shape[:1], shape):
+        raise ExtensionError(f"{who} returned metric {key!r} of shape {tuple(value.shape)}; a metric is a scalar, "
+                             f"one value per completion {shape[:1]} or one per token {shape}")
+    return value.detach().float()
+
+
+def loss_metric_values(metrics: dict[str, torch.Tensor], mask: torch.Tensor, accelerator) -> dict[str, float]:
+    """A loss's metrics reduced over every process, as TRL reduces its own (see the module docstring)."""
+    values = {}
+    mask = mask.float()
+    for key, value in metrics.items():
+        if value.dim() == 2:  # per token: TRL's global_masked_mean
+            totals = accelerator.reduce(torch.stack([(value * mask).sum(), mask.sum()]), reduction="sum")
+            values[key] = (totals[0] / totals[1].clamp(min=1.0)).item()
+            continue
+        gathered = accelerator.gather(value.reshape(-1).to(mask.device))
+        finite = gathered[~torch.isnan(gathered)]
+        if finite.numel() == 0:
+            values[key] = float("nan")
+        elif key.endswith("_min"):
+            values[key] = finite.min().item()
+        elif key.endswith("_max"):
+            values[key] = finite.max().item()
+        else:
+            values[key] = finite.mean().item()
+    return values
 
 
 def k3_kl(ref_per_token_logps: torch.Tensor, per_token_logps: torch.Tensor) -> torch.Tensor:
@@ -104,19 +173,33 @@ def upto_first_eos_mask(completion_ids: torch.Tensor, rollout_mask: torch.Tensor
 
 
 @register_policy_loss("minimind3_cispo")
-def minimind3_cispo(inputs: PolicyLossInputs) -> torch.Tensor:
+def minimind3_cispo(inputs: PolicyLossInputs) -> tuple[torch.Tensor, dict]:
     """MiniMind-3's CISPO: the ratio capped above at `epsilon_high` (no lower bound) and detached, so the
-    gradient flows through the log-prob only."""
-    weight = torch.clamp(inputs.ratio, max=inputs.epsilon_high).detach()
-    return -(weight * inputs.advantages * inputs.per_token_logps)
+    gradient flows through the log-prob only. Reports TRL's `cispo` metric: the share of loss tokens whose cap
+    binds (a positive advantage and a ratio above `epsilon_high`)."""
+    ratio = inputs.ratio
+    weight = torch.clamp(ratio, max=inputs.epsilon_high).detach()
+    capped = (ratio > inputs.epsilon_high) & (inputs.advantages > 0)
+    return -(weight * inputs.advantages * inputs.per_token_logps), {"cispo_clip_ratio": capped.float()}
 
 
 @register_policy_loss("minimind3_grpo")
-def minimind3_grpo(inputs: PolicyLossInputs) -> torch.Tensor:
-    """MiniMind-3's clipped GRPO: PPO's pessimistic minimum with the ratio clipped to [1 - epsilon, 1 + epsilon]."""
+def minimind3_grpo(inputs: PolicyLossInputs) -> tuple[torch.Tensor, dict]:
+    """MiniMind-3's clipped GRPO: PPO's pessimistic minimum with the ratio clipped to [1 - epsilon, 1 + epsilon].
+    Reports TRL's `grpo` clip metrics: the shares of loss tokens clipped below (negative advantage), above
+    (positive) and either, and the lowest and highest per-completion shares."""
     ratio = inputs.ratio
     clipped = torch.clamp(ratio, 1 - inputs.epsilon, 1 + inputs.epsilon)
-    return -torch.min(ratio * inputs.advantages, clipped * inputs.advantages)
+    loss = -torch.min(ratio * inputs.advantages, clipped * inputs.advantages)
+    low = ((ratio < 1 - inputs.epsilon) & (inputs.advantages < 0)).float()
+    high = ((ratio > 1 + inputs.epsilon) & (inputs.advantages > 0)).float()
+    return loss, {
+        "clip_ratio/low_mean": low,
+        "clip_ratio/high_mean": high,
+        "clip_ratio/region_mean": torch.maximum(low, high),
+        "clip_ratio/low_min": inputs.completion_mean(low),
+        "clip_ratio/high_max": inputs.completion_mean(high),
+    }
 
 
 # TRL options that act inside TRL's `_compute_loss` only: a registered loss would silently drop them.
@@ -150,10 +233,13 @@ def loss_option_problems(args) -> list[str]:
 
 __all__ = [
     "POLICY_LOSSES",
+    "POLICY_LOSS_SEAM",
     "TRL_LOSS_TYPES",
     "PolicyLossInputs",
+    "compute_policy_loss",
     "get_policy_loss",
     "k3_kl",
+    "loss_metric_values",
     "loss_option_problems",
     "minimind3_cispo",
     "minimind3_grpo",

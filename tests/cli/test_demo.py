@@ -214,14 +214,18 @@ def test_step_line_shows_the_logged_values():
 @pytest.mark.slow
 def test_the_default_demo_learns_the_reward_models_preference(tmp_path, capsys):
     """The Quickstart's first command with its defaults (`--rewards full`): the last 10 GRPO steps' mean total reward
-    is at least 0.5 above the first 10's, and the share of held-out prompts answered in the question's language,
-    checked without the reward model, rises by at least 0.3 (issue 17's targets)."""
+    is at least 0.5 above the first 10's, the share of held-out prompts answered in the question's language,
+    checked without the reward model, rises by at least 0.3 (issue 17's targets), and on those held-out prompts the
+    layout improves too: both rule terms are higher after GRPO than before (issue 35)."""
     output_dir = tmp_path / "out"
     assert demo.main(["--output-dir", str(output_dir)]) == 0
     summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
     assert summary["rewards"] == "full" and summary["reward_window"] == 10
     assert summary["reward_last10"] - summary["reward_first10"] >= 0.5, summary
     assert summary["content_after"] - summary["content_before"] >= 0.3, summary
+    for name in ("format_reward", "tag_count_reward"):
+        before, after = summary["held_out_terms"][name]
+        assert after > before, (name, summary["held_out_terms"])
     # Learning the layout alone lifts the content share too (the reward model weighted 0: 16% -> 49% on this seed),
     # so also check that it is the reward model's term that rises (weighted 0 it moved by +0.28; here ~+4).
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
@@ -313,9 +317,15 @@ FULL_SMOKE_ARGS = ["--rewards", "full", "--steps", "3", "--warm-start-steps", "2
 
 @pytest.fixture(scope="module")
 def full_smoke_run(tmp_path_factory):
-    """One short `minimind-trl demo --rewards full` run: a 3-step reward model, 3 GRPO steps."""
+    """One short `minimind-trl demo --rewards full` run: a 3-step reward model, 3 GRPO steps. What it printed is in
+    `stdout.txt` beside the output folder."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
     output_dir = tmp_path_factory.mktemp("demo-full") / "out"
-    rc = cli(["demo", *FULL_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    with redirect_stdout(StringIO()) as printed:
+        rc = cli(["demo", *FULL_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    (output_dir.parent / "stdout.txt").write_text(printed.getvalue(), encoding="utf-8")
     return rc, output_dir
 
 
@@ -324,10 +334,11 @@ def test_full_reward_demo_logs_every_term_under_trls_names(full_smoke_run):
     assert rc == 0
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in records] == [1, 2, 3]
+    weights = yaml.safe_load(Path(resolve_recipe(demo.GRPO_FULL_RECIPE)).read_text())["reward_weights"]
     for record in records:
         terms = [record[f"rewards/{name}/mean"] for name in ("format_reward", "tag_count_reward", "reward_model")]
         assert -3.0 <= terms[2] <= 3.0  # clipped
-        assert record["reward"] == pytest.approx(sum(terms), abs=1e-5)
+        assert record["reward"] == pytest.approx(sum(w * t for w, t in zip(weights, terms)), abs=1e-5)
 
 
 def test_full_reward_demo_writes_summary_json(full_smoke_run):
@@ -341,6 +352,45 @@ def test_full_reward_demo_writes_summary_json(full_smoke_run):
         assert 0.0 <= summary[key] <= 1.0
     assert summary["reward_funcs"] == ["format", "tag_count", "reward_model"]
     assert summary["reward_model"]["steps"] == 3
+
+
+def test_full_reward_demo_reports_each_term_before_and_after_on_the_held_out_prompts(full_smoke_run, tmp_path):
+    """summary.json's `held_out_terms`: TRL's names of the run's reward functions and the weighted total, before and
+    after; the rule terms after GRPO are those of the saved model's held-out samples, recomputed here."""
+    from minimind_trl.cli.demo_held_out import sample_held_out
+    from minimind_trl.cli.demo_reward_model import bundled_texts
+
+    _, output_dir = full_smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    terms = summary["held_out_terms"]
+    assert list(terms) == ["format_reward", "tag_count_reward", "reward_model", "reward"]
+    weights = yaml.safe_load(Path(resolve_recipe(demo.GRPO_FULL_RECIPE)).read_text())["reward_weights"]
+    assert summary["reward_weights"] == weights
+    for when in (0, 1):
+        weighted = sum(weight * terms[name][when] for weight, name in zip(weights, list(terms)[:3]))
+        assert terms["reward"][when] == pytest.approx(weighted)
+    held_out = bundled_texts()[1]
+    assert summary["held_out_prompts"] == len(held_out) and not summary["held_out_trained_on"]
+    _, grpo_args, _, _ = demo_parse_recipe(tmp_path)
+    model, tokenizer = MiniMindForCausalLM.from_pretrained(output_dir), AutoTokenizer.from_pretrained(output_dir)
+    sample = sample_held_out(model, tokenizer, grpo_args, held_out, demo.CONTENT_SAMPLES, seed=0)
+    assert len(sample.completions) == summary["content_completions"]
+    for name, reward in (("format_reward", format_reward), ("tag_count_reward", tag_count_reward)):
+        values = reward(sample.questions, sample.completions)
+        assert terms[name][1] == pytest.approx(sum(values) / len(values)), name
+
+
+def test_full_reward_demo_prints_each_term_before_and_after_on_the_held_out_prompts(full_smoke_run):
+    """The printed summary has one line per reward term (and the total) with summary.json's held-out values."""
+    _, output_dir = full_smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    printed = (output_dir.parent / "stdout.txt").read_text(encoding="utf-8")
+    completions, prompts = summary["content_completions"], summary["held_out_prompts"]
+    assert f"on {completions} completions for {prompts} prompts held out" in printed
+    for name, (before, after) in summary["held_out_terms"].items():
+        label = "total (weighted sum)" if name == "reward" else name
+        values = f"{before:+.3f} -> {after:+.3f}  ({after - before:+.3f})"
+        assert re.search(rf"^  {re.escape(label)} +{re.escape(values)}$", printed, re.M), (name, printed)
 
 
 def test_full_reward_demo_trains_on_prompts_the_content_check_does_not_use(full_smoke_run):
@@ -385,16 +435,28 @@ def test_content_property_reads_the_answer_without_tags():
 
 
 def test_preference_pairs_differ_in_the_property_only():
-    from minimind_trl.cli.demo_reward_model import Fragments, bundled_texts, in_question_language, make_pairs
+    from minimind_trl.cli.demo_reward_model import (
+        THINK_DECOYS,
+        Fragments,
+        bundled_texts,
+        in_question_language,
+        language_matches,
+        make_pairs,
+    )
 
     train, _, texts = bundled_texts()
-    pairs = make_pairs(train, Fragments.from_texts(texts), 200, seed=0)
-    assert len(pairs) == 200
+    pairs = make_pairs(train, Fragments.from_texts(texts), 400, seed=0)
+    assert len(pairs) == 400
+    decoys = 0
     for question, chosen, rejected in pairs:
         assert in_question_language(question, chosen) and not in_question_language(question, rejected)
-        # same layout and think text: only the answer (and the junk around it) differs
-        if chosen.startswith("<think>\n"):
-            assert chosen.split("\n")[1] == rejected.split("\n")[1]  # the think line
+        # same layout; the think text is the same, or the rejected one thinks in the question's language and the
+        # chosen one does not (the answer decides, not the thought)
+        if chosen.startswith("<think>\n") and chosen.split("\n")[1] != rejected.split("\n")[1]:
+            decoys += 1
+            assert language_matches(question, rejected.split("\n")[1])
+            assert not language_matches(question, chosen.split("\n")[1])
+    assert 0.5 * THINK_DECOYS * 0.7 * len(pairs) < decoys < 1.5 * THINK_DECOYS * 0.7 * len(pairs)
 
 
 @pytest.mark.slow

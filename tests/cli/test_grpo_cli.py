@@ -2,17 +2,29 @@
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from grpo_fixtures import (
+    PROBE_DIR_ENV,
+    REPO_ROOT,
+    build_tiny_policy,
+    saved_registries,
+    subprocess_env,
+    tiny_recipe,
+    write_rlaif,
+    write_toy_seams,
+)
 
 from minimind_trl.cli.recipe import RecipeError, resolve_recipe
 from minimind_trl.grpo import main, parse_args, parse_recipe
+from minimind_trl.trainer.policy_losses import POLICY_LOSSES
 
 RECIPES = REPO_ROOT / "recipes"
 SEED_RECIPES = sorted((RECIPES / "minimind2" / "grpo").glob("*.yaml"))
@@ -28,15 +40,19 @@ def data(tmp_path_factory):
     return write_rlaif(tmp_path_factory.mktemp("data") / "rlaif.jsonl")
 
 
-@pytest.fixture
-def no_model_loading(monkeypatch):
-    """Any attempt to load a model fails the test: the checks must come first."""
+def refuse_model_loading(monkeypatch):
+    """Any attempt to load a model from now on fails the test: the checks must come first."""
     from transformers import PreTrainedModel
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the arguments were checked")
 
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    refuse_model_loading(monkeypatch)
 
 
 def run_main(argv, capsys):
@@ -392,3 +408,92 @@ def test_native_checkpoint_that_does_not_convert_is_a_clean_error(tmp_path, poli
     code, err = run_main(["--config", recipe], capsys)
     assert code == 2 and str(native) in err
     assert not (tmp_path / "out" / "_base_model").exists()
+
+
+# --------------------------------------------------------------------------- seams from a user's module (issue 35)
+
+
+@pytest.fixture
+def user_code(tmp_path, monkeypatch):
+    """A folder outside the package on the import path; the registries as they were afterwards."""
+    folder = tmp_path / "user_code"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    with saved_registries():
+        yield folder
+
+
+def seams_that_ran(probe: Path, rank: int = 0) -> Counter:
+    return Counter(json.loads(line)["seam"] for line in (probe / f"seams-rank{rank}.jsonl").read_text().splitlines())
+
+
+def test_a_recipe_trains_with_a_loss_estimator_and_aggregation_of_a_module_outside_the_package(
+    tmp_path, policy, data, user_code, monkeypatch, capsys
+):
+    from minimind_trl.grpo import build_trainer, run
+    from minimind_trl.trainer.checkpointing import RUN_INFO_NAME
+
+    values = write_toy_seams(user_code, "toy_seams_recipe")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    monkeypatch.setenv(PROBE_DIR_ENV, str(probe))
+    recipe = tiny_recipe(tmp_path, policy, data, save_strategy="steps", save_steps=2, **values)
+    script_args, training_args, model_args, parsed = parse_recipe(recipe)
+    trainer = run(build_trainer(script_args, training_args, model_args, recipe=parsed), script_args)
+
+    assert trainer.state.global_step == 2
+    ran = seams_that_ran(probe)
+    assert ran["advantage_estimator"] == 2 and ran["loss_type"] >= 2 and ran["loss_aggregation"] >= 2
+    logged = [entry["toy/logp"] for entry in trainer.state.log_history if "toy/logp" in entry]
+    assert len(logged) == 2 and all(value < 0 for value in logged)  # the loss's own metric, each step
+    out = tmp_path / "out"
+    record = json.loads((out / "checkpoint-2" / RUN_INFO_NAME).read_text())["run"]
+    for key, value in values.items():
+        assert record[f"{key}_function"] == value  # the run record names the function (module:qualname)
+        assert f"| {key} | `{value}` | `{value}` |" in (out / "README.md").read_text()  # and the model card
+
+    # The module changed: the same name now runs another function. A resume is refused, before any model loads.
+    import toy_seams_recipe
+
+    def reinforce(inputs):
+        return -inputs.advantages * inputs.per_token_logps
+
+    monkeypatch.setattr(toy_seams_recipe, "reinforce", reinforce)
+    del POLICY_LOSSES[values["loss_type"]]
+    refuse_model_loading(monkeypatch)
+    code, err = run_main(["--config", recipe, "--resume_from_checkpoint", "last", "--max_steps", "3"], capsys)
+    assert code == 2 and "changed: loss_type_function" in err and "test_grpo_cli:test_a_recipe" in err
+
+
+def test_the_command_line_takes_them_too(tmp_path, policy, data):
+    values = write_toy_seams(tmp_path / "user_code", "toy_seams_cli")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    argv = [sys.executable, "-m", "minimind_trl.cli", "grpo", "--config", str(tiny_recipe(tmp_path, policy, data))]
+    for key, value in values.items():
+        argv += [f"--{key}", value]
+    env = subprocess_env(**{PROBE_DIR_ENV: probe})
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "user_code"), env["PYTHONPATH"]])
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ran = seams_that_ran(probe)
+    assert ran["advantage_estimator"] == 2 and ran["loss_type"] >= 2 and ran["loss_aggregation"] >= 2
+    assert "| loss_aggregation | `toy_seams_cli:token_mean` |" in (tmp_path / "out" / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "key, name, problem",
+    [
+        ("loss_type", "no_such_function", "has no attribute 'no_such_function'"),
+        ("advantage_estimator", "two_arguments", "cannot be called with an advantage estimator's arguments"),
+        ("loss_aggregation", "NOT_A_FUNCTION", "is not callable"),
+    ],
+)
+def test_a_bad_module_function_is_one_line_before_loading(
+    tmp_path, policy, data, user_code, capsys, no_model_loading, key, name, problem
+):
+    write_toy_seams(user_code, "toy_seams_bad")
+    recipe = tiny_recipe(tmp_path, policy, data, **{key: f"toy_seams_bad:{name}"})
+    code, err = run_main(["--config", recipe], capsys)
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and f"{key} 'toy_seams_bad:{name}': " in line and problem in line

@@ -7,11 +7,13 @@ import zlib
 import pytest
 import torch
 
+from minimind_trl.errors import ExtensionError
 from minimind_trl.trainer.advantages import (
     ADVANTAGE_ESTIMATORS,
     TRL_ADVANTAGES,
     AdvantageInputs,
     batch_renormalize,
+    estimate_advantages,
     get_adv_estimator,
     group_zscore,
     minimind_advantages,
@@ -307,3 +309,49 @@ def test_registry_reserves_trl_and_refuses_a_second_function_under_one_name(monk
         register_adv_est("minimind")(lambda inputs: inputs.rewards)
     with pytest.raises(ValueError, match="trl, minimind, group_zscore"):
         get_adv_estimator("minimind3")
+
+
+# --- what an estimator sees and returns (issue 35) ------------------------------------------------------------
+
+UNSCORABLE = torch.tensor([0.0, 1.0, float("nan"), 0.5] + [float("nan")] * 4 + [2.0, 4.0, float("nan"), 3.0])
+
+
+def test_an_estimator_sees_no_nan_and_unscorable_rows_stand_at_their_groups_scorable_mean(monkeypatch):
+    seen = []
+
+    def naive_group_mean(inputs):  # what a newcomer writes: no NaN handling
+        seen.append(inputs)
+        grouped = inputs.rewards.view(-1, inputs.num_generations)
+        return (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
+
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "test_naive", naive_group_mean)
+    advantages = estimate_advantages("test_naive", UNSCORABLE, 4, process_rows=12)
+    (inputs,) = seen
+    assert not torch.isnan(inputs.rewards).any()
+    assert torch.equal(inputs.scorable, ~torch.isnan(UNSCORABLE))
+    assert inputs.rewards[2].item() == pytest.approx(0.5) and inputs.rewards[10].item() == pytest.approx(3.0)
+    assert torch.equal(inputs.rewards[4:8], torch.zeros(4))  # a group without a scorable row
+    expected = torch.tensor([-0.5, 0.5, 0.0, 0.0, 0, 0, 0, 0, -1.0, 1.0, 0.0, 0.0])  # the scorable rows' baselines
+    torch.testing.assert_close(advantages, expected)
+
+
+def test_the_built_in_estimators_still_leave_unscorable_rows_out():
+    inputs = AdvantageInputs.from_rewards(UNSCORABLE, 4, process_rows=12)
+    assert torch.equal(get_adv_estimator("minimind")(inputs), minimind_advantages(UNSCORABLE, 4))
+    expected = torch.nan_to_num(group_zscore(UNSCORABLE, 4, unbiased=False, clamp=None), nan=0.0)
+    assert torch.equal(get_adv_estimator("group_zscore")(inputs), expected)
+
+
+@pytest.mark.parametrize(
+    "returned, problem",
+    [
+        (lambda inputs: inputs.rewards.tolist(), "returned a list; expected a tensor"),
+        (lambda inputs: inputs.rewards[:2], "returned shape (2,) for (12,) rewards"),
+        (lambda inputs: inputs.rewards / 0, "non-finite advantage for a scored row"),
+    ],
+)
+def test_what_an_estimator_returns_is_checked_naming_it(monkeypatch, returned, problem):
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "test_checked", returned)
+    with pytest.raises(ExtensionError, match="advantage estimator 'test_checked' \\(test_advantages:") as error:
+        estimate_advantages("test_checked", UNSCORABLE, 4, process_rows=12)
+    assert problem in str(error.value)

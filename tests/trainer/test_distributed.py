@@ -9,6 +9,7 @@ communication op with ninja on first use (cached in ~/.cache/torch_extensions af
 """
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from grpo_fixtures import (
     subprocess_env,
     tiny_recipe,
     write_rlaif,
+    write_toy_seams,
 )
 from safetensors.torch import load_file
 
@@ -40,9 +42,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(config: str, num_processes: int, recipe: Path, probe_dir: Path, *args: str) -> subprocess.CompletedProcess:
+def launch(
+    config: str, num_processes: int, recipe: Path, probe_dir: Path, *args: str, pythonpath: Path | None = None
+) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file recipes/accelerate/<config>.yaml -m minimind_trl.grpo --config recipe`,
-    with the GPU recipe's process count and precision overridden for this CPU machine."""
+    with the GPU recipe's process count and precision overridden for this CPU machine (`pythonpath`: a folder of
+    the user's own modules, put first on PYTHONPATH)."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ACCELERATE_CONFIGS / f"{config}.yaml"),
@@ -55,6 +60,8 @@ def launch(config: str, num_processes: int, recipe: Path, probe_dir: Path, *args
         *args,
     ]  # fmt: skip
     env = subprocess_env(**{PROBE_DIR_ENV: probe_dir, "OMP_NUM_THREADS": 1})
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env["PYTHONPATH"]])
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
 
 
@@ -110,6 +117,20 @@ def test_ddp_two_processes(ddp):
     for step in (1, 2):
         checkpoint = ddp.out / f"checkpoint-{step}"
         assert (checkpoint / "rng_state_0.pth").is_file() and (checkpoint / "rng_state_1.pth").is_file()
+
+
+def test_a_loss_estimator_and_aggregation_of_a_module_outside_the_package_run_in_every_process(setup):
+    """Issue 35: `module:function` seams named in a recipe are imported by every process's config."""
+    folder = run_dir(setup, "seams")
+    values = write_toy_seams(folder / "user_code", "toy_seams_launched")
+    recipe = tiny_recipe(folder, setup.policy, setup.data, per_device_train_batch_size=4, **values)
+    result = launch("ddp", 2, recipe, folder / "probe", pythonpath=folder / "user_code")
+    assert result.returncode == 0, result.stderr[-4000:]
+    for rank in (0, 1):
+        ran = Counter(row["seam"] for row in records(folder / "probe", "seams", rank))
+        assert ran["advantage_estimator"] == 2 and ran["loss_type"] >= 2 and ran["loss_aggregation"] >= 2, ran
+        assert [row["step"] for row in records(folder / "probe", "steps", rank)] == [1, 2]
+    assert f"| loss_type | `{values['loss_type']}` |" in (folder / "out" / "README.md").read_text()
 
 
 def test_two_process_checkpoint_resumes_on_one_process(ddp, setup, capsys):

@@ -7,10 +7,13 @@ import pytest
 import torch
 from datasets import Dataset
 
+from minimind_trl.errors import ExtensionError
 from minimind_trl.trainer import MiniMindGRPOTrainer
 from minimind_trl.trainer.loss_aggregation import (
     LOSS_AGGREGATIONS,
     TRL_LOSS_AGGREGATION,
+    LossScale,
+    aggregate,
     effective_loss_aggregation,
     register_loss_aggregation,
 )
@@ -121,3 +124,11 @@ def test_nonempty_mode_averages_over_the_completions_with_a_loss_token():
     empty = nonempty(per_token, torch.zeros_like(mask), scale)
     empty.backward()
     assert empty.item() == 0.0 and torch.equal(per_token.grad, torch.zeros_like(per_token))
+
+
+@pytest.mark.parametrize("returned", [lambda loss, mask, scale: (loss * mask).sum(dim=1), lambda *args: 0.5])
+def test_an_aggregation_that_returns_no_scalar_tensor_is_named(monkeypatch, returned):
+    monkeypatch.setitem(LOSS_AGGREGATIONS, "test_vector", returned)
+    scale = LossScale(accumulation_steps=1.0, window_tokens=4.0, max_completion_length=2)
+    with pytest.raises(ExtensionError, match="loss aggregation 'test_vector' \\(test_loss_aggregation:.*expected one"):
+        aggregate("test_vector", torch.ones(2, 2), torch.ones(2, 2), scale)

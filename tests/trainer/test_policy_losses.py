@@ -1,6 +1,7 @@
 """Registered policy losses: MiniMind-3's upstream cases through the trainer's own advantage and loss code, the
 completion mask, old log-probs in a real run with `num_iterations: 2`, and the registry's rules."""
 
+import copy
 import inspect
 import json
 import re
@@ -10,12 +11,14 @@ import torch
 from datasets import Dataset
 
 from conftest import SHARED, require_shared
+from minimind_trl.errors import ExtensionError
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 from minimind_trl.trainer.policy_losses import (
     POLICY_LOSSES,
     TRL_LOSS_TYPES,
     PolicyLossInputs,
+    compute_policy_loss,
     get_policy_loss,
     register_policy_loss,
     upto_first_eos_mask,
@@ -301,3 +304,82 @@ def test_config_refuses_what_a_registered_loss_cannot_honour(tmp_path):
         config(loss_type="minimind3_grpo", loss_aggregation="sequence")
     assert config(loss_type="minimind3_cispo", epsilon_high=5.0).loss_aggregation is None
     assert config(loss_type="cispo", top_entropy_quantile=0.5).loss_type == "cispo"  # TRL's: TRL implements it
+
+
+# --- what a loss returns (issue 35) -------------------------------------------------------------------------
+
+
+def square_inputs(size: int = 3) -> PolicyLossInputs:
+    """B == T, so a (B,) loss would broadcast along the tokens without a shape error."""
+    logps = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return PolicyLossInputs(logps, logps.detach() + 0.1, torch.tensor([[1.0], [-1.0], [0.5]]), torch.ones(size, size),
+                            0.2, 0.2)
+
+
+@pytest.mark.parametrize(
+    "returned, problem",
+    [
+        (lambda inputs: -inputs.per_token_logps.sum(dim=1), "returned shape (3,); a per-token loss"),
+        (lambda inputs: -(inputs.advantages * inputs.per_token_logps).detach(), "detached from the policy's log-probs"),
+        (lambda inputs: inputs.per_token_logps / 0.0, "NaN or infinite"),
+        (lambda inputs: [0.0], "returned a list, not a tensor"),
+        (lambda inputs: (-inputs.per_token_logps, {"mine": torch.ones(2)}), "metric 'mine' of shape (2,)"),
+    ],
+    ids=["per-completion", "detached", "infinite", "list", "metric-shape"],
+)
+def test_what_a_registered_loss_returns_is_checked_naming_it(monkeypatch, returned, problem):
+    monkeypatch.setitem(POLICY_LOSSES, "test_checked", returned)
+    with pytest.raises(ExtensionError, match="policy loss 'test_checked' \\(test_policy_losses:") as error:
+        compute_policy_loss("test_checked", square_inputs())
+    assert problem in str(error.value)
+
+
+def test_a_loss_returning_a_tensor_or_a_tensor_and_metrics_works(monkeypatch):
+    inputs = square_inputs()
+    monkeypatch.setitem(POLICY_LOSSES, "test_plain", lambda inputs: -inputs.advantages * inputs.per_token_logps)
+    loss, metrics = compute_policy_loss("test_plain", inputs)
+    assert metrics == {} and loss.shape == (3, 3) and loss.requires_grad
+    loss, metrics = compute_policy_loss("minimind3_grpo", inputs)
+    assert set(metrics) == {f"clip_ratio/{name}" for name in ("low_mean", "high_mean", "region_mean", "low_min",
+                                                               "high_max")}
+
+
+@pytest.mark.parametrize(
+    "ours, trls, epsilons",
+    [("minimind3_grpo", "grpo", {"epsilon": 0.2, "epsilon_high": 0.2}),
+     ("minimind3_cispo", "cispo", {"epsilon": 0.2, "epsilon_high": 1.1})],
+)
+def test_minimind3_losses_log_the_clip_metrics_trls_loss_types_log(tokenizer, tmp_path, ours, trls, epsilons):
+    """Off-policy (old log-probs away from the policy's, so the clips bind), with the same clip bounds: the same
+    metric names and values as TRL's `_compute_loss` logs for its `grpo` / `cispo`."""
+    from test_trainer import fixed_batch, fixed_reward, stub_generation
+
+    model = tiny_model(tokenizer, seed=5)
+    rows, completions, _ = fixed_batch(tokenizer, masked=True)
+
+    def trainer(loss_type):
+        args = grpo_config(tmp_path, loss_type=loss_type, beta=0.04, **epsilons)
+        built = MiniMindGRPOTrainer(
+            copy.deepcopy(model), fixed_reward, args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+        )
+        stub_generation(built, completions, expected_prompt_length=6)
+        built.model.train()
+        built.current_gradient_accumulation_steps = 1
+        return built
+
+    trl, mine = trainer(trls), trainer(ours)
+    inputs = trl._generate_and_score_completions(rows)
+    with torch.no_grad():
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        current, _, _ = trl._get_per_token_logps_and_entropies(trl.model, input_ids, mask, completions.size(1))
+    inputs["old_per_token_logps"] = current + torch.randn(current.shape, generator=torch.Generator().manual_seed(2))
+    logged = []
+    for built in (trl, mine):
+        built._metrics["train"].clear()
+        built.compute_loss(built.model, dict(inputs))
+        logged.append({key: values for key, values in built._metrics["train"].items() if "clip" in key})
+    assert logged[0] and set(logged[1]) == set(logged[0])
+    for key, values in logged[0].items():
+        assert logged[1][key] == pytest.approx(values, abs=1e-7), key
+    assert max(values[0] for values in logged[0].values()) > 0  # the clips bound: the comparison means something
