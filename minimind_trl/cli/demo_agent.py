@@ -52,7 +52,7 @@ class AgentWarmStartArguments:
         default=0.4, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
     )
     target_copy_share: float = field(
-        default=0.5,
+        default=0.75,
         metadata={"help": "Stop once the model copies every number of this share of the probe's tool transcripts "
                   "(teacher-forced; checked every probe_every steps; max_steps caps it). 0 runs max_steps."},
     )

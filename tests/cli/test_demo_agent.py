@@ -61,8 +61,10 @@ def test_summary_matches_the_report_and_the_metrics(agent_run):
         ]
 
 
-def test_after_figures_are_what_the_saved_model_does_on_the_held_out_file(agent_run):
-    """Sample the saved model again on `_held_out.jsonl` and judge with the parser and `verified_gt` directly."""
+@pytest.mark.parametrize(("folder", "when"), [("_warm_start", "before"), (".", "after")])
+def test_figures_are_what_the_saved_models_do_on_the_held_out_file(agent_run, folder, when):
+    """Sample the warm start (before) and the saved model (after) again on `_held_out.jsonl`, as the demo samples
+    (its seed, GRPO's settings), and judge with the parser and `verified_gt` directly."""
     from minimind_trl import MiniMindForCausalLM
     from minimind_trl.cli.recipe import parse_recipe
     from transformers import AutoTokenizer
@@ -70,16 +72,17 @@ def test_after_figures_are_what_the_saved_model_does_on_the_held_out_file(agent_
     _, output_dir, _ = agent_run
     summary = json.loads((output_dir / "summary.json").read_text())
     rows = [json.loads(line) for line in (output_dir / demo_agent.HELD_OUT_FILE).read_text().splitlines()]
-    questions = [task.Question(*re.fullmatch(r"\D*(\d+)([+-])(\d+)", r["conversations"][1]["content"]).groups(),
-                               "zh" if "计算" in r["conversations"][1]["content"] else "en") for r in rows]
-    questions = [task.Question(int(q.a), q.op, int(q.b), q.language) for q in questions]
+    questions = []
+    for row in rows:
+        question = row["conversations"][1]["content"]
+        a, op, b = re.fullmatch(r"\D*(\d+)([+-])(\d+)", question).groups()
+        questions.append(task.Question(int(a), op, int(b), "zh" if "计算" in question else "en"))
     assert [[str(q.result)] for q in questions] == [r["gt"] for r in rows]
-    _, training_args, _, _ = parse_recipe(demo_agent.AGENT_RECIPE, {"output_dir": str(output_dir / "x"),
-                                                                    "max_steps": 2})
-    model = MiniMindForCausalLM.from_pretrained(output_dir)
+    _, training_args, _, _ = parse_recipe(demo_agent.AGENT_RECIPE, {"output_dir": str(output_dir / "x")})
+    model = MiniMindForCausalLM.from_pretrained(output_dir / folder)
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
-    transcripts = task.sample_transcripts(model, tokenizer, training_args, questions, summary["eval_samples"], 0,
-                                          load_toolbox([task.TOOL]), 3)
+    transcripts = task.sample_transcripts(model, tokenizer, training_args, questions, summary["eval_samples"],
+                                          summary["seed"], load_toolbox([task.TOOL]), 3)
     gts = [row["gt"] for row in rows for _ in range(summary["eval_samples"])]
     valid = correct = 0
     for transcript, gt in zip(transcripts, gts, strict=True):
@@ -89,8 +92,8 @@ def test_after_figures_are_what_the_saved_model_does_on_the_held_out_file(agent_
                      and (c.get("arguments") or {}).get("expression") for c in calls)
         final = "" if transcript.unfinished else answers[-1].rpartition("</tool_call>")[2]
         correct += verified_gt(final, gt) == gt and len(re.findall(r"\d+", final)) == 1
-    assert valid / len(gts) == summary["valid_call_rate_after"]
-    assert correct / len(gts) == summary["correct_answer_rate_after"]
+    assert valid / len(gts) == summary[f"valid_call_rate_{when}"]
+    assert correct / len(gts) == summary[f"correct_answer_rate_{when}"]
 
 
 @pytest.mark.parametrize("flag", [["--rewards", "rules"], ["--upstream", "minimind3"], ["--reward-model-steps", "5"]])
