@@ -170,7 +170,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.agent:
-        given = [f"--{name}" for name in ("rewards", "upstream", "reward_model_steps") if getattr(args, name) is not None]
+        given = [f"--{name}" for name in ("rewards", "upstream", "reward_model_steps")
+                 if getattr(args, name) is not None]
         if given:
             parser.error(f"{', '.join(given)}: not used with --agent (its reward is recipes/demo/agent.yaml's)")
     defaults = {"rewards": "full", "upstream": "minimind2", "reward_model_steps": 200,

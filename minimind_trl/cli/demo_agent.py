@@ -264,8 +264,9 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
     print(
-        f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
-        f" questions x {training_args.num_generations} rollouts (<= {script_args.agent_max_turns} turns of "
+        f"GRPO: {training_args.max_steps} steps of "
+        f"{training_args.per_device_train_batch_size // training_args.num_generations} questions x "
+        f"{training_args.num_generations} rollouts (<= {script_args.agent_max_turns} turns of "
         f"<= {training_args.max_completion_length} tokens, the real {task.TOOL}), reward "
         f"{' + '.join(script_args.reward_funcs)}, {training_args.advantage_estimator} advantages, loss "
         f"{training_args.loss_type}, recipe {recipe.path}"
@@ -291,10 +292,13 @@ def run_agent_demo(args: argparse.Namespace) -> int:
         reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
     )
     lines = report_lines(summary, grpo_seconds, before, after, held_out)
-    outputs = [(f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted))] if interrupted else []
+    outputs = []
+    if interrupted:
+        outputs.append((f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted)))
     outputs += [("model (save_pretrained folder)", str(final_dir))]
     outputs += [("native MiniMind weights", str(path)) for path in sorted(final_dir.glob("grpo_*.pth"))]
-    outputs += [("per-step metrics", str(output_dir / "metrics.jsonl")), ("held-out questions", str(output_dir / HELD_OUT_FILE))]
+    outputs += [("per-step metrics", str(output_dir / "metrics.jsonl")),
+                ("held-out questions", str(output_dir / HELD_OUT_FILE))]
     if plot is not None:
         outputs.append(("reward curve", str(plot)))
     elif progress.records:
