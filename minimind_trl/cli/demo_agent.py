@@ -70,6 +70,16 @@ class AgentWarmStart:
     copy_share: float | None  # at the last probe; None when no probe ran
     target: float
 
+    def why_it_stopped(self) -> str:
+        """The clause the demo prints after the step count ("" when the steps were given)."""
+        if self.copy_share is None:
+            return ""
+        share, target = f"{self.copy_share:.0%}", f"{self.target:.0%}"
+        if self.copy_share >= self.target:
+            return f", until it copied every number of {share} of its probe's tool transcripts (target {target})"
+        return (f" (its cap: the last probe found every number copied in only {share} of its tool transcripts, "
+                f"short of the target {target}; GRPO then has little to build on)")
+
 
 def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratch_dir: str) -> AgentWarmStart:
     """The brief SFT of `model` (in place). With `steps` None it runs until the model copies the numbers of
@@ -245,13 +255,9 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     sft_dir = str(output_dir / "_warm_start.sft")
     warm = warm_start(model, tokenizer, train, args.seed, args.warm_start_steps, sft_dir)
     shutil.rmtree(sft_dir, ignore_errors=True)
-    copied = "" if warm.copy_share is None else (
-        f", until it copied the numbers of {warm.copy_share:.0%} of its probe's tool transcripts (target "
-        f"{warm.target:.0%})"
-    )
     print(
         f"Warm start: {warm.steps} SFT steps (TRL SFTTrainer) on transcripts of which {warm.call_share:.0%} call the "
-        f"tool{copied} ({time.time() - started:.0f}s so far)."
+        f"tool{warm.why_it_stopped()} ({time.time() - started:.0f}s so far)."
     )
     policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
     del model
@@ -288,7 +294,8 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     after = judged(after_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
     summary = write_summary(
         output_dir / SUMMARY_FILE, progress.records, before, after, held_out_questions=len(held_out),
-        eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, call_share=warm.call_share,
+        eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, warm_start_copy_share=warm.copy_share,
+        call_share=warm.call_share,
         reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
     )
     lines = report_lines(summary, grpo_seconds, before, after, held_out)

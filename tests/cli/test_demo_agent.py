@@ -52,7 +52,7 @@ def test_summary_matches_the_report_and_the_metrics(agent_run):
     assert [record["step"] for record in records] == [1, 2] == summary["curve"]["step"]
     assert summary["curve"]["reward"] == [record["reward"] for record in records]
     assert summary["held_out_completions"] == summary["held_out_questions"] * summary["eval_samples"]
-    assert summary["warm_start_steps"] == 3
+    assert summary["warm_start_steps"] == 3 and summary["warm_start_copy_share"] is None  # steps given: no probe
     for label, kind in (("valid tool call", "valid_call_rate"), ("correct answer", "correct_answer_rate")):
         shown = re.search(rf"{label}: +(\d+)% before GRPO -> (\d+)% after", printed)
         assert shown is not None, printed
@@ -103,6 +103,14 @@ def test_flags_of_the_grpo_demo_are_refused_with_agent(flag, tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--" + flag[0][2:].replace("-", "_") in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_warm_start_line_says_whether_the_target_or_the_cap_stopped_it():
+    reached = demo_agent.AgentWarmStart(575, 0.4, 0.78, 0.75).why_it_stopped()
+    capped = demo_agent.AgentWarmStart(900, 0.4, 0.31, 0.75).why_it_stopped()
+    assert "until it copied every number of 78%" in reached and "cap" not in reached
+    assert "its cap" in capped and "only 31%" in capped and "until" not in capped
+    assert demo_agent.AgentWarmStart(3, 0.4, None, 0.75).why_it_stopped() == ""
 
 
 # --------------------------------------------------------------------------- the task
