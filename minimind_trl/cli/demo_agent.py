@@ -4,15 +4,16 @@ state its result, with the package's agent RL (MiniMind-3's `train_agent.py` ins
     minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent] [--steps N]
 
 1. a MiniMind-3 tokenizer learned from the task's texts (every number up to 999 one token; `<tool_call>` and the
-   other tool tags added tokens, as in MiniMind-3's) and a fresh 2-layer MiniMind-3 (`demo_agent_task`);
+   other tool tags added tokens, as in MiniMind-3's; the system turn's fixed text one token) and a fresh 2-layer
+   MiniMind-3 (`demo_agent_task`);
 2. a brief SFT warm start with TRL's `SFTTrainer` (`recipes/demo/agent_warm_start.yaml`): the transcript layout,
-   with only some questions answered through the tool, so the model calls it now and then, and copies its result
-   when it does;
+   with only some questions answered through the tool, until the model copies the operands into the call and the
+   result into the answer; it then calls now and then, and its direct answers are mostly wrong;
 3. GRPO with `recipes/demo/agent.yaml` through `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`):
    `MiniMindGRPOTrainer` with the `AgentRollout` (`rollout: agent`, the real `calculate_math`), upstream's agent
    reward without a reward model (`agent_rule_reward`: a valid call +0.5, the result stated +2.5, an answer
    without a call +0.5 whatever it says), group z-score advantages and CISPO;
-4. before and after GRPO, `--eval_samples` rollouts for each held-out question (never trained on), judged with the
+4. before and after GRPO, `EVAL_SAMPLES` rollouts for each held-out question (never trained on), judged with the
    package's parser and the real tool: the share with a valid tool call and the share whose final answer states the
    correct result; samples, the reward curve (`reward_curve.png`), `metrics.jsonl` and `summary.json`.
 
