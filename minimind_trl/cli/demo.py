@@ -3,6 +3,7 @@ in minutes, offline.
 
     minimind-trl demo [--rewards full|rules] [--upstream minimind2|minimind3] [--steps 500] [--seed 42]
                       [--output_dir minimind-trl-demo]
+    minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent]   (tool calling: `demo_agent`)
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -30,7 +31,6 @@ Ctrl-C during GRPO saves the current model (folder + `.pth`) into `<output-dir>/
 
 import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -47,9 +47,11 @@ from .demo_model import (
     build_model,
     build_tokenizer,
     generate_completions,
+    quiet_libraries,
     read_conversations,
     sample_completions,
     save_folder,
+    save_interrupted,
 )
 from .demo_variants import (  # noqa: F401  (the recipes' names are the demo's public constants)
     GRPO_FULL_RECIPE,
@@ -120,26 +122,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "CPU (offline, a few minutes). --upstream minimind3: MiniMind-3's GRPO instead of the seed's.",
     )
     parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="teach a tiny MiniMind-3 to call calculate_math and state its result, with MiniMind-3's agent RL "
+        "(recipes/demo/agent.yaml; --rewards, --upstream and --reward_model_steps do not apply)",
+    )
+    parser.add_argument(
         "--rewards",
         choices=("full", "rules"),
-        default="full",
+        default=None,
         help="full: upstream's reasoning reward, format + tag_count + a tiny reward model the demo trains to prefer "
         "answers in the question's language (clipped to 3, blended 0.4/0.6); rules: format + tag_count only, the "
-        "layout without content (default: %(default)s)",
+        "layout without content (default: full)",
     )
     parser.add_argument(
         "--upstream",
         choices=tuple(VARIANTS),
-        default="minimind2",
+        default=None,
         help="the upstream GRPO to run: minimind2 (the seed, fea69cf: recipes/demo/grpo_full.yaml or grpo.yaml) or "
         "minimind3 (d65ef2c: a tiny MiniMind-3 with its chat template and <think>...</think> answer layout, its five "
         "reward terms - length, thinking_length, think_close_count, repetition_penalty and the demo's reward model "
         "on the answer - group_zscore advantages, the minimind3_cispo loss and thinking_ratio; "
-        "recipes/demo/grpo_minimind3.yaml) (default: %(default)s)",
+        "recipes/demo/grpo_minimind3.yaml) (default: minimind2)",
     )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
-    parser.add_argument("--output_dir", default="minimind-trl-demo", help="where outputs go (default: %(default)s)")
+    parser.add_argument("--output_dir", default=None,
+                        help="where outputs go (default: minimind-trl-demo, with --agent minimind-trl-demo-agent)")
     parser.add_argument(
         "--warm_start_steps",
         type=int,
@@ -150,9 +159,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--reward_model_steps",
         type=int,
-        default=200,
-        help="--rewards full: Bradley-Terry steps (32 pairs each) training the demo's reward model "
-        "(default: %(default)s)",
+        default=None,
+        help="--rewards full: Bradley-Terry steps (32 pairs each) training the demo's reward model (default: 200)",
     )
     parser.add_argument(
         "--threads",
@@ -161,6 +169,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="torch CPU threads (default: %(default)s; at this model size more threads mostly add overhead)",
     )
     args = parser.parse_args(argv)
+    if args.agent:
+        given = [f"--{name}" for name in ("rewards", "upstream", "reward_model_steps")
+                 if getattr(args, name) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: not used with --agent (its reward is recipes/demo/agent.yaml's)")
+    defaults = {"rewards": "full", "upstream": "minimind2", "reward_model_steps": 200,
+                "output_dir": "minimind-trl-demo-agent" if args.agent else "minimind-trl-demo"}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.upstream == "minimind3" and args.rewards == "rules":
         parser.error("--rewards rules is the seed's rule-only reward; --upstream minimind3 runs MiniMind-3's whole "
                      "reward")
@@ -242,7 +260,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
 # What a demo run writes into its folder (the model folder, checkpoints, Ctrl-C saves, metrics, the run's lock).
 DEMO_OUTPUTS = re.compile(
     r"^(demo_run\.json|metrics\.jsonl|reward_curve\.png|summary\.json|README\.md|_warm_start(\.sft)?|_reward_model|"
-    r"_grpo_prompts\.jsonl|_staging|_minimind_run\.lock|"
+    r"_grpo_prompts\.jsonl|_agent_prompts\.jsonl|_held_out\.jsonl|_staging|_minimind_run\.lock|"
     r"checkpoint-\d+|interrupted-step-\d+(\.tmp)?|grpo_\d+(_moe)?(\.pth|\.config\.json)|"
     r"config\.json|generation_config\.json|"
     r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|(configuration|modeling)_minimind\.py|tokenizer(_config)?\.json|"
@@ -280,32 +298,6 @@ def prepare_output_dir(output_dir: Path) -> None:
         (output_dir / RUN_MARKER).write_text(json.dumps({"command": "minimind-trl demo"}) + "\n")
     except OSError as exc:
         raise DemoError(f"--output_dir {output_dir}: cannot write there ({exc.strerror}: {exc.filename})") from exc
-
-
-def save_interrupted(trainer, output_dir: Path) -> Path:
-    """The policy as it is now, as a `save_pretrained` folder with its native `.pth`, in `interrupted-step-N`."""
-    from ..trainer.checkpointing import write_native_weights
-
-    step = trainer.state.global_step
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    folder = save_folder(model, trainer.processing_class, output_dir / f"interrupted-step-{step}")
-    write_native_weights(str(folder))
-    return folder
-
-
-def quiet_libraries() -> None:
-    """The demo prints its own progress; keep the libraries' progress bars and notices out of it."""
-    import warnings
-
-    import datasets
-    import transformers
-
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the demo runs on CPU; spares DeepSpeed's "no GPU found" notice
-    warnings.filterwarnings("ignore", message=".*is deprecated and will be removed in v6", category=FutureWarning)
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.utils.logging.disable_progress_bar()
-    datasets.utils.logging.set_verbosity_error()
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -446,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     """`minimind-trl demo`; user errors raise `MiniMindTRLError` (the `minimind-trl` command reports them)."""
     args = parse_args(argv)
     try:
+        if args.agent:
+            from .demo_agent import run_agent_demo
+
+            return run_agent_demo(args)
         return run_demo(args)
     except KeyboardInterrupt:  # outside GRPO training (setup, warm start, summary): nothing half-trained to keep
         print(f"minimind-trl demo: interrupted; whatever was complete is in {args.output_dir}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """The demo's ingredients: its bundled data, its MiniMind-style tokenizer and tiny model, and sampling the way GRPO
-samples (for the warm start's layout probe, the reward model's pairs and the before/after summaries).
+samples (for the warm start's layout probe, the reward model's pairs and the before/after summaries), and what
+every demo run shares: quiet libraries, the model saved on Ctrl-C.
 """
 
 import json
@@ -125,3 +126,29 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int, ch
             pad_token_id=tokenizer.pad_token_id,
         )
     return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def save_interrupted(trainer, output_dir: Path) -> Path:
+    """The policy as it is now, as a `save_pretrained` folder with its native `.pth`, in `interrupted-step-N`."""
+    from ..trainer.checkpointing import write_native_weights
+
+    step = trainer.state.global_step
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    folder = save_folder(model, trainer.processing_class, output_dir / f"interrupted-step-{step}")
+    write_native_weights(str(folder))
+    return folder
+
+
+def quiet_libraries() -> None:
+    """The demo prints its own progress; keep the libraries' progress bars and notices out of it."""
+    import warnings
+
+    import datasets
+    import transformers
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the demo runs on CPU; spares DeepSpeed's "no GPU found" notice
+    warnings.filterwarnings("ignore", message=".*is deprecated and will be removed in v6", category=FutureWarning)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.utils.logging.disable_progress_bar()
+    datasets.utils.logging.set_verbosity_error()

@@ -28,6 +28,10 @@ STEP_FIELDS = (
     ("close", "rewards/think_close_count/mean", "{:+.3f}"),
     ("rep", "rewards/repetition_penalty/mean", "{:+.3f}"),
     ("rm", "rewards/answer_reward_model/mean", "{:+.3f}"),
+    # the agent demo (`--agent`): upstream's agent reward's terms, logged by `AgentReward`
+    ("calls", "agent_rule_reward/tool_call_fraction", "{:.2f}"),
+    ("call_gap", "agent_rule_reward/call_gap", "{:+.3f}"),
+    ("gt", "agent_rule_reward/gt_match", "{:.3f}"),
     ("len", "completions/mean_length", "{:.1f}"),
     ("kl", "kl", "{:.4f}"),
 )
@@ -43,6 +47,9 @@ CURVE_TERMS = (
     ("rewards/think_close_count/mean", "</think> count (+-0.25)", "#c51b8a"),
     ("rewards/repetition_penalty/mean", "repetition penalty (-0.5..0)", "#636363"),
     ("rewards/answer_reward_model/mean", "reward model on the answer (clipped +-3)", "#756bb1"),
+    ("agent_rule_reward/tool_call_fraction", "share of rollouts calling a tool", "#e6550d"),
+    ("agent_rule_reward/call_gap", "valid call (call_gap, +0.5 / -0.5 per gap)", "#c51b8a"),
+    ("agent_rule_reward/gt_match", "tool result stated (gt_match, 0 or 2.5)", "#31a354"),
 )
 
 
@@ -149,7 +156,10 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
     axes.set_xlabel("GRPO step")
     with_model = any("rewards/reward_model/mean" in record for record in records)
     minimind3 = any("rewards/answer_reward_model/mean" in record for record in records)
-    if minimind3:
+    if any("agent_rule_reward/gt_match" in record for record in records):
+        axes.set_ylabel("agent reward (clipped +-3), call share (0-1)")
+        axes.set_ylim(-1.2, 4.2)
+    elif minimind3:
         axes.set_ylabel("reward (rules -1.75..1.75, reward model +-3)")
         axes.set_ylim(-4.9, 5.5)
     else:

@@ -1,0 +1,319 @@
+"""`minimind-trl demo --agent`: teach a tiny MiniMind-3 on CPU, offline, in minutes, to call `calculate_math` and
+state its result, with the package's agent RL (MiniMind-3's `train_agent.py` inside TRL).
+
+    minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent] [--steps N]
+
+1. a MiniMind-3 tokenizer learned from the task's texts (every number up to 999 one token; `<tool_call>` and the
+   other tool tags added tokens, as in MiniMind-3's; the system turn's fixed text one token) and a fresh 2-layer
+   MiniMind-3 (`demo_agent_task`);
+2. a brief SFT warm start with TRL's `SFTTrainer` (`recipes/demo/agent_warm_start.yaml`): the transcript layout,
+   with only some questions answered through the tool, until the model copies the operands into the call and the
+   result into the answer; it then calls now and then, and its direct answers are mostly wrong;
+3. GRPO with `recipes/demo/agent.yaml` through `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`):
+   `MiniMindGRPOTrainer` with the `AgentRollout` (`rollout: agent`, the real `calculate_math`), upstream's agent
+   reward without a reward model (`agent_rule_reward`: a valid call +0.5, the result stated +2.5, an answer
+   without a call +0.5 whatever it says), group z-score advantages and CISPO;
+4. before and after GRPO, `EVAL_SAMPLES` rollouts for each held-out question (never trained on), judged with the
+   package's parser and the real tool: the share with a valid tool call and the share whose final answer states the
+   correct result; samples, the reward curve (`reward_curve.png`), `metrics.jsonl` and `summary.json`.
+
+Ctrl-C during GRPO saves the current model into `<output-dir>/interrupted-step-N`.
+"""
+
+import argparse
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import demo_agent_task as task
+from .demo_progress import reward_windows
+
+AGENT_RECIPE = "demo/agent.yaml"
+AGENT_WARM_START_RECIPE = "demo/agent_warm_start.yaml"
+PROMPTS_FILE = "_agent_prompts.jsonl"  # the GRPO questions, as agent_rl.jsonl rows
+HELD_OUT_FILE = "_held_out.jsonl"
+WARM_START_DIR = "_warm_start"
+SUMMARY_FILE = "summary.json"
+TRAIN_QUESTIONS = 1200
+HELD_OUT_QUESTIONS = 32
+SHOWN_SAMPLES = 4  # held-out questions whose first rollout the report shows, before and after
+EVAL_SAMPLES = 4  # rollouts per held-out question, before and after GRPO
+REWARD_NAME = "agent_rule_reward"
+CURVE_KEYS = ("step", "reward", f"{REWARD_NAME}/tool_call_fraction", f"{REWARD_NAME}/call_gap",
+              f"{REWARD_NAME}/gt_match", "kl")
+
+
+@dataclass
+class AgentWarmStartArguments:
+    """The keys of `recipes/demo/agent_warm_start.yaml` beyond TRL's `SFTConfig`."""
+
+    call_share: float = field(
+        default=0.4, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
+    )
+    target_copy_share: float = field(
+        default=0.75,
+        metadata={"help": "Stop once the model copies every number of this share of the probe's tool transcripts "
+                  "(teacher-forced; checked every probe_every steps; max_steps caps it). 0 runs max_steps."},
+    )
+    min_steps: int = field(default=300, metadata={"help": "No probe before this many SFT steps."})
+    probe_every: int = field(default=25, metadata={"help": "SFT steps between two probes."})
+    probe_questions: int = field(default=32, metadata={"help": "Training questions the probe reads."})
+
+
+@dataclass
+class AgentWarmStart:
+    """What the warm start did, for the demo's output."""
+
+    steps: int
+    call_share: float
+    copy_share: float | None  # at the last probe; None when no probe ran
+    target: float
+
+    def why_it_stopped(self) -> str:
+        """The clause the demo prints after the step count ("" when the steps were given)."""
+        if self.copy_share is None:
+            return ""
+        share, target = f"{self.copy_share:.0%}", f"{self.target:.0%}"
+        if self.copy_share >= self.target:
+            return f", until it copied every number of {share} of its probe's tool transcripts (target {target})"
+        return (f" (its cap: the last probe found every number copied in only {share} of its tool transcripts, "
+                f"short of the target {target}; GRPO then has little to build on)")
+
+
+def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratch_dir: str) -> AgentWarmStart:
+    """The brief SFT of `model` (in place). With `steps` None it runs until the model copies the numbers of
+    `target_copy_share` of the probe's transcripts (at least `min_steps`, at most `max_steps`): copying is learnt
+    in a sudden jump whose step depends on the seed. `steps` runs exactly that many."""
+    from datasets import Dataset
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from trl import SFTConfig, SFTTrainer, TrlParser
+
+    from .recipe import resolve_recipe
+
+    argv = ["--config", resolve_recipe(AGENT_WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
+    if steps is not None:
+        argv += ["--max_steps", str(steps), "--target_copy_share", "0"]
+    sft_args, stop = TrlParser((SFTConfig, AgentWarmStartArguments)).parse_args_and_config(argv)
+    rows = task.warm_start_rows(tokenizer, questions, stop.call_share, seed)
+    probe = task.copy_probe(tokenizer, questions[: stop.probe_questions])
+    shares = []
+
+    class StopWhenCopying(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            step = state.global_step
+            if stop.target_copy_share > 0 and step >= stop.min_steps and step % stop.probe_every == 0:
+                shares.append(task.copy_share(model, probe))
+                control.should_training_stop = shares[-1] >= stop.target_copy_share
+
+    trainer = SFTTrainer(model=model, args=sft_args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         callbacks=[StopWhenCopying()])  # fmt: skip
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    trainer.train()
+    return AgentWarmStart(trainer.state.global_step, stop.call_share, shares[-1] if shares else None,
+                          stop.target_copy_share)
+
+
+def write_rows(path: Path, questions) -> Path:
+    with path.open("w", encoding="utf-8") as handle:
+        for question in questions:
+            handle.write(json.dumps(question.row(), ensure_ascii=False) + "\n")
+    return path
+
+
+def judged(model, tokenizer, training_args, questions, seed: int, toolbox, max_turns: int) -> dict:
+    """The held-out figures of `model`: `EVAL_SAMPLES` rollouts per question, judged (`demo_agent_task.rates`)."""
+    transcripts = task.sample_transcripts(model, tokenizer, training_args, questions, EVAL_SAMPLES, seed, toolbox,
+                                          max_turns)
+    valid, correct, verdicts = task.rates(transcripts, questions, EVAL_SAMPLES, toolbox)
+    return {"valid": valid, "correct": correct, "transcripts": transcripts, "verdicts": verdicts}
+
+
+def sample_lines(title: str, report: dict, questions) -> list[str]:
+    """The first rollout of the first `SHOWN_SAMPLES` held-out questions: question, turns and tool results."""
+    lines = [title]
+    for index, question in enumerate(questions[:SHOWN_SAMPLES]):
+        transcript, verdict = report["transcripts"][index * EVAL_SAMPLES], report["verdicts"][index * EVAL_SAMPLES]
+        observations = [m["content"] for m in transcript.messages if m.get("role") == "tool"]
+        turns = []
+        for number, text in enumerate(transcript.turn_outputs):
+            turns.append(text.replace("\n", "\\n"))
+            if number < len(observations):
+                turns.append(f"[tool: {observations[number]}]")
+        mark = ("call" if verdict.valid_call else "no call") + (", correct" if verdict.correct else ", wrong")
+        lines.append(f"  [{mark}] {question.messages()[-1]['content']} (= {question.result})  ->  {' | '.join(turns)}")
+    return lines
+
+
+def agent_terms(records: list[dict]) -> dict[str, list[float]]:
+    """Each logged agent term (`agent_rule_reward/<term>`) -> [mean of the first window of steps, of the last]."""
+    windows = reward_windows(records)
+    if windows is None:
+        return {}
+    window, result = windows[0], {}
+    for key in sorted({key for record in records for key in record if key.startswith(REWARD_NAME + "/")}):
+        values = [record[key] for record in records if key in record]
+        if len(values) >= 2 * window:
+            result[key.split("/", 1)[1]] = [sum(values[:window]) / window, sum(values[-window:]) / window]
+    return result
+
+
+def write_summary(path: Path, records: list[dict], before: dict, after: dict, **facts) -> dict:
+    """`summary.json`: the held-out shares before/after GRPO, the reward's first/last window, the curve."""
+    windows = reward_windows(records)
+    summary = {
+        "valid_call_rate_before": before["valid"],
+        "valid_call_rate_after": after["valid"],
+        "correct_answer_rate_before": before["correct"],
+        "correct_answer_rate_after": after["correct"],
+        "held_out_completions": len(before["verdicts"]),
+        **facts,
+        "steps": len(records),
+        "reward_window": windows[0] if windows else None,
+        "reward_first10": windows[1] if windows else None,
+        "reward_last10": windows[2] if windows else None,
+        "terms_first_last": agent_terms(records),
+        "curve": {key: [record.get(key) for record in records] for key in CURVE_KEYS},
+    }
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def report_lines(summary: dict, grpo_seconds: float, before: dict, after: dict, held_out) -> list[str]:
+    lines = [""]
+    if summary["reward_window"]:
+        window = summary["reward_window"]
+        lines.append(
+            f"Reward (upstream's agent reward, no reward model, clipped to +-3): first {window} steps "
+            f"{summary['reward_first10']:.3f} -> last {window} steps {summary['reward_last10']:.3f} over "
+            f"{summary['steps']} steps in {grpo_seconds:.0f}s."
+        )
+        lines += [f"  {name}: {a:+.3f} -> {b:+.3f}" for name, (a, b) in summary["terms_first_last"].items() if a or b]
+    lines += [
+        "Reward = +0.5 for one valid call (-0.5 per missing or extra call) + 2.5 when the answer after the tool "
+        "states its result; an answer without a call gets +0.5 for its length, right or wrong.",
+        f"Held-out questions ({len(held_out)}, never trained on; {EVAL_SAMPLES} rollouts each, judged with "
+        f"minimind_trl.agent's parser and the real {task.TOOL}):",
+        f"  valid tool call: {summary['valid_call_rate_before']:.0%} before GRPO -> "
+        f"{summary['valid_call_rate_after']:.0%} after",
+        f"  correct answer:  {summary['correct_answer_rate_before']:.0%} before GRPO -> "
+        f"{summary['correct_answer_rate_after']:.0%} after",
+    ]
+    lines += sample_lines("Before GRPO (the warm-started model), one rollout per question:", before, held_out)
+    lines += sample_lines("After GRPO (the saved model, read back):", after, held_out)
+    return lines
+
+
+def run_agent_demo(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import PrinterCallback, ProgressCallback, set_seed
+
+    from ..agent.tools import load_toolbox
+    from ..models.minimind import MiniMindForCausalLM
+    from .build import build_trainer
+    from .demo import prepare_output_dir
+    from .demo_model import DemoModel, build_model, quiet_libraries, save_folder, save_interrupted
+    from .demo_progress import DemoProgress, plot_reward_curve
+    from .grpo import run
+    from .recipe import parse_recipe
+    from .run_plan import disable_hub_telemetry
+
+    started = time.time()
+    output_dir = Path(args.output_dir).absolute()
+    prepare_output_dir(output_dir)
+    disable_hub_telemetry()  # offline: no usage ping from TRL's trainers either
+    torch.set_num_threads(args.threads)
+    quiet_libraries()
+    set_seed(args.seed)
+
+    held_out = task.make_questions(args.seed + 1, HELD_OUT_QUESTIONS)
+    train = task.make_questions(args.seed, TRAIN_QUESTIONS, exclude={q.expression for q in held_out})
+    tokenizer = task.build_agent_tokenizer(train)
+    model = build_model(len(tokenizer), generation="minimind3")
+    params = sum(p.numel() for p in model.parameters())
+    spec = DemoModel()
+    print(
+        f"Model: MiniMind-3 {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M "
+        f"parameters, vocabulary {len(tokenizer)} (numbers 0-{task.LARGEST_NUMBER} one token each), random init, "
+        f"seed {args.seed}. Task: {len(train)} arithmetic questions with the {task.TOOL} tool, {len(held_out)} "
+        "held out."
+    )
+    overrides = {
+        "model_name_or_path": str(output_dir / WARM_START_DIR),  # written below, before the trainer loads it
+        "dataset_name": str(write_rows(output_dir / PROMPTS_FILE, train)),
+        "output_dir": str(output_dir),
+        "seed": args.seed,
+    }
+    write_rows(output_dir / HELD_OUT_FILE, held_out)
+    if args.steps is not None:
+        overrides["max_steps"] = args.steps
+    script_args, training_args, model_args, recipe = parse_recipe(AGENT_RECIPE, overrides)
+    toolbox = load_toolbox([task.TOOL])
+    max_turns = script_args.agent_max_turns
+
+    sft_dir = str(output_dir / "_warm_start.sft")
+    warm = warm_start(model, tokenizer, train, args.seed, args.warm_start_steps, sft_dir)
+    shutil.rmtree(sft_dir, ignore_errors=True)
+    print(
+        f"Warm start: {warm.steps} SFT steps (TRL SFTTrainer) on transcripts of which {warm.call_share:.0%} call the "
+        f"tool{warm.why_it_stopped()} ({time.time() - started:.0f}s so far)."
+    )
+    policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
+    del model
+    warm_model = MiniMindForCausalLM.from_pretrained(policy_dir)
+    before = judged(warm_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
+    del warm_model
+
+    progress = DemoProgress(output_dir / "metrics.jsonl")
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    print(
+        f"GRPO: {training_args.max_steps} steps of "
+        f"{training_args.per_device_train_batch_size // training_args.num_generations} questions x "
+        f"{training_args.num_generations} rollouts (<= {script_args.agent_max_turns} turns of "
+        f"<= {training_args.max_completion_length} tokens, the real {task.TOOL}), reward "
+        f"{' + '.join(script_args.reward_funcs)}, {training_args.advantage_estimator} advantages, loss "
+        f"{training_args.loss_type}, recipe {recipe.path}"
+    )
+    grpo_started = time.time()
+    interrupted = None
+    try:
+        run(trainer, script_args)
+    except KeyboardInterrupt:
+        progress.close()
+        interrupted = save_interrupted(trainer, output_dir)
+    grpo_seconds = time.time() - grpo_started
+    final_dir = interrupted or output_dir
+
+    title = (f"minimind-trl demo --agent: GRPO on a {params / 1e6:.2f}M-parameter MiniMind-3 on CPU (seed "
+             f"{args.seed})\nafter a {warm.steps}-step SFT warm start ({warm.call_share:.0%} of it calling the tool)")
+    plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
+    after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
+    after = judged(after_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
+    summary = write_summary(
+        output_dir / SUMMARY_FILE, progress.records, before, after, held_out_questions=len(held_out),
+        eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, warm_start_copy_share=warm.copy_share,
+        call_share=warm.call_share,
+        reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
+    )
+    lines = report_lines(summary, grpo_seconds, before, after, held_out)
+    outputs = []
+    if interrupted:
+        outputs.append((f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted)))
+    outputs += [("model (save_pretrained folder)", str(final_dir))]
+    outputs += [("native MiniMind weights", str(path)) for path in sorted(final_dir.glob("grpo_*.pth"))]
+    outputs += [("per-step metrics", str(output_dir / "metrics.jsonl")),
+                ("held-out questions", str(output_dir / HELD_OUT_FILE))]
+    if plot is not None:
+        outputs.append(("reward curve", str(plot)))
+    elif progress.records:
+        outputs.append(("reward curve", "skipped (matplotlib missing: pip install 'minimind-trl[plot]')"))
+    outputs.append(("summary", str(output_dir / SUMMARY_FILE)))
+    lines += ["Outputs:"] + [f"  {label}: {where}" for label, where in outputs]
+    lines.append(f"Total time {time.time() - started:.0f}s.")
+    print("\n".join(lines))
+    return 130 if interrupted else 0
+

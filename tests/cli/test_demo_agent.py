@@ -1,0 +1,145 @@
+"""`minimind-trl demo --agent`: a short real run (warm start + GRPO with the agent rollout through
+`minimind_trl.grpo`) writes a summary.json whose held-out figures are what the report prints and what the saved
+model does on the held-out file; the flags that do not apply are refused; the task's transcripts are judged as the
+agent reward reads them.
+
+The run takes ~25 s on one CPU core (tiny steps); how well the demo learns is measured by
+`benchmarks/demo_agent.py` (docs/demo.md), not asserted here."""
+
+import json
+import re
+
+import pytest
+
+from minimind_trl.agent import Toolbox, load_toolbox, parse_tool_calls
+from minimind_trl.agent.reward import verified_gt
+from minimind_trl.cli import demo_agent
+from minimind_trl.cli import demo_agent_task as task
+from minimind_trl.cli import main as cli
+
+RATE_KEYS = ("valid_call_rate_before", "valid_call_rate_after", "correct_answer_rate_before",
+             "correct_answer_rate_after")
+CALL = '<tool_call>\n{"name": "calculate_math", "arguments": {"expression": "37+48"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def agent_run(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("demo-agent") / "out"
+    with pytest.MonkeyPatch.context() as patch:
+        captured = []
+        patch.setattr("builtins.print", lambda *a, **k: captured.append(" ".join(str(x) for x in a)))
+        rc = cli(["demo", "--agent", "--steps", "2", "--warm-start-steps", "3", "--seed", "0", "--threads", "1",
+                  "--output-dir", str(output_dir)])  # fmt: skip
+    return rc, output_dir, "\n".join(captured)
+
+
+def test_the_agent_demo_runs_and_writes_its_outputs(agent_run):
+    rc, output_dir, _ = agent_run
+    assert rc == 0
+    for name in ("summary.json", "metrics.jsonl", "model.safetensors", demo_agent.HELD_OUT_FILE,
+                 demo_agent.PROMPTS_FILE, "_warm_start/model.safetensors"):
+        assert (output_dir / name).is_file(), name
+    pytest.importorskip("matplotlib")
+    assert (output_dir / "reward_curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_summary_matches_the_report_and_the_metrics(agent_run):
+    _, output_dir, printed = agent_run
+    summary = json.loads((output_dir / "summary.json").read_text())
+    for key in RATE_KEYS:
+        assert 0.0 <= summary[key] <= 1.0
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in records] == [1, 2] == summary["curve"]["step"]
+    assert summary["curve"]["reward"] == [record["reward"] for record in records]
+    assert summary["held_out_completions"] == summary["held_out_questions"] * summary["eval_samples"]
+    assert summary["warm_start_steps"] == 3 and summary["warm_start_copy_share"] is None  # steps given: no probe
+    for label, kind in (("valid tool call", "valid_call_rate"), ("correct answer", "correct_answer_rate")):
+        shown = re.search(rf"{label}: +(\d+)% before GRPO -> (\d+)% after", printed)
+        assert shown is not None, printed
+        assert [int(shown.group(1)), int(shown.group(2))] == [
+            round(100 * summary[f"{kind}_before"]), round(100 * summary[f"{kind}_after"])
+        ]
+
+
+@pytest.mark.parametrize(("folder", "when"), [("_warm_start", "before"), (".", "after")])
+def test_figures_are_what_the_saved_models_do_on_the_held_out_file(agent_run, folder, when):
+    """Sample the warm start (before) and the saved model (after) again on `_held_out.jsonl`, as the demo samples
+    (its seed, GRPO's settings), and judge with the parser and `verified_gt` directly."""
+    from minimind_trl import MiniMindForCausalLM
+    from minimind_trl.cli.recipe import parse_recipe
+    from transformers import AutoTokenizer
+
+    _, output_dir, _ = agent_run
+    summary = json.loads((output_dir / "summary.json").read_text())
+    rows = [json.loads(line) for line in (output_dir / demo_agent.HELD_OUT_FILE).read_text().splitlines()]
+    questions = []
+    for row in rows:
+        question = row["conversations"][1]["content"]
+        a, op, b = re.fullmatch(r"\D*(\d+)([+-])(\d+)", question).groups()
+        questions.append(task.Question(int(a), op, int(b), "zh" if "计算" in question else "en"))
+    assert [[str(q.result)] for q in questions] == [r["gt"] for r in rows]
+    _, training_args, _, _ = parse_recipe(demo_agent.AGENT_RECIPE, {"output_dir": str(output_dir / "x")})
+    model = MiniMindForCausalLM.from_pretrained(output_dir / folder)
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    transcripts = task.sample_transcripts(model, tokenizer, training_args, questions, summary["eval_samples"],
+                                          summary["seed"], load_toolbox([task.TOOL]), 3)
+    gts = [row["gt"] for row in rows for _ in range(summary["eval_samples"])]
+    valid = correct = 0
+    for transcript, gt in zip(transcripts, gts, strict=True):
+        answers = [text.split("</think>", 1)[-1] for text in transcript.turn_outputs]
+        calls = [call for answer in answers for call in parse_tool_calls(answer)]
+        valid += any(isinstance(c, dict) and c.get("name") == "calculate_math"
+                     and (c.get("arguments") or {}).get("expression") for c in calls)
+        final = "" if transcript.unfinished else answers[-1].rpartition("</tool_call>")[2]
+        correct += verified_gt(final, gt) == gt and len(re.findall(r"\d+", final)) == 1
+    assert valid / len(gts) == summary[f"valid_call_rate_{when}"]
+    assert correct / len(gts) == summary[f"correct_answer_rate_{when}"]
+
+
+@pytest.mark.parametrize("flag", [["--rewards", "rules"], ["--upstream", "minimind3"], ["--reward-model-steps", "5"]])
+def test_flags_of_the_grpo_demo_are_refused_with_agent(flag, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["demo", "--agent", *flag, "--output-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "--" + flag[0][2:].replace("-", "_") in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_warm_start_line_says_whether_the_target_or_the_cap_stopped_it():
+    reached = demo_agent.AgentWarmStart(575, 0.4, 0.78, 0.75).why_it_stopped()
+    capped = demo_agent.AgentWarmStart(900, 0.4, 0.31, 0.75).why_it_stopped()
+    assert "until it copied every number of 78%" in reached and "cap" not in reached
+    assert "its cap" in capped and "only 31%" in capped and "until" not in capped
+    assert demo_agent.AgentWarmStart(3, 0.4, None, 0.75).why_it_stopped() == ""
+
+
+# --------------------------------------------------------------------------- the task
+
+
+def test_held_out_questions_are_never_trained_on_and_numbers_are_one_token():
+    held_out = task.make_questions(1, 32)
+    train = task.make_questions(0, 400, exclude={q.expression for q in held_out})
+    assert not {q.expression for q in held_out} & {q.expression for q in train}
+    tokenizer = task.build_agent_tokenizer(train[:50])
+    for text in ("37", " 37", '"37"', "答案是185。"):
+        number = re.search(r"\d+", text).group()
+        assert number in tokenizer.convert_ids_to_tokens(tokenizer(text, add_special_tokens=False)["input_ids"])
+    for tag in task.TOOL_TOKENS:
+        assert len(tokenizer(tag, add_special_tokens=False)["input_ids"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("turns", "unfinished", "valid", "correct"),
+    [
+        ([CALL, "The answer is 85."], False, True, True),
+        ([CALL, "The answer is 84."], False, True, False),
+        ([CALL, "85 or 86"], False, True, False),  # a second number: not a stated result
+        (["答案是85。"], False, False, True),  # right without the tool
+        ([CALL.replace("calculate_math", "get_weather"), "85"], False, False, True),  # a tool not offered
+        ([CALL, CALL, CALL], True, True, False),  # unfinished
+        (["<think>" + CALL + "</think>85"], False, False, True),  # a call inside a thought is not counted
+    ],
+)
+def test_a_transcript_is_judged_as_the_reward_reads_it(turns, unfinished, valid, correct):
+    verdict = task.judge(turns, unfinished, ["85"], Toolbox())
+    assert (verdict.valid_call, verdict.correct) == (valid, correct)
