@@ -52,6 +52,7 @@ from .grpo_config import MiniMindGRPOConfig
 from .loss_aggregation import LossScale, effective_loss_aggregation, get_loss_aggregation
 from .model_card import RunCard, extend_model_card, render_run_section, upstream_settings, upstream_title
 from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, get_policy_loss, k3_kl, upto_first_eos_mask
+from .prompt_sharing import shares_prompts, with_shared_prompt
 from .trl_overrides import reference_copy, trl_init_overrides
 from .vllm_rollouts import (
     check_server_logprobs_mode,
@@ -81,6 +82,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
     _refill_step = None  # dynamic sampling: the optimizer step and generation count its refill prompts key on
     _refill_count = 0
     _skipped_resume_state = frozenset()  # accept_inexact_resume: damaged or unsafe state files left unloaded
+    _shares_prompts = False  # the log-prob passes compute each prompt once per group (`prompt_sharing`)
 
     def __init__(
         self,
@@ -126,6 +128,7 @@ class MiniMindGRPOTrainer(GRPOTrainer):
         self._registered_loss = args.loss_type not in TRL_LOSS_TYPES
         self._rewards_per_func = None
         self._past_eos_attended = False
+        self._shares_prompts = shares_prompts(self)
         self._sampler = self._fast_sampler(args)
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
@@ -355,6 +358,8 @@ class MiniMindGRPOTrainer(GRPOTrainer):
             # completion positions all visible, as in upstream's mask-free forward (see `_attending_past_eos`)
             attention_mask = attention_mask.clone()
             attention_mask[:, -logits_to_keep:] = 1
+        if self._shares_prompts:  # each prompt computed once per group (`prompt_sharing`)
+            model = with_shared_prompt(model, input_ids, logits_to_keep)
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
