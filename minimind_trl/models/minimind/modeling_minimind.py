@@ -382,6 +382,12 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         # expert dispatch has data-dependent shapes
         self._can_compile_fullgraph = not config.use_moe
 
+    @classmethod
+    def _can_set_experts_implementation(cls) -> bool:
+        # transformers looks for `@use_experts_implementation` in this module's source; MiniMind's experts carry it in
+        # feed_forward_minimind.py, so answer as transformers' own generic layer classes do
+        return True
+
     def get_correct_experts_implementation(self, requested_experts: str | None) -> str:
         # transformers picks `grouped_mm` when none is asked for; MiniMind keeps upstream's expert loop (its exact
         # arithmetic) unless `experts_implementation` asks for another
