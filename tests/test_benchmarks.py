@@ -297,6 +297,18 @@ def test_roofline_flop_count_of_shared_prompts_equals_torchs_count_of_the_shared
     assert log_prob_forward_flops(shapes) == whole_rows
 
 
+@pytest.mark.parametrize("moe", [False, True])
+def test_prompt_sharing_passes_agree_and_are_timed(capsys, moe):
+    import prompt_sharing
+
+    args = [*TOY, "--vocab-size", "300", "--prompt-tokens", "8", "--new-tokens", "4", "--reps", "1", "--threads", "1"]
+    summary = prompt_sharing.main(args + (["--moe"] if moe else []))
+    assert summary["max_log_prob_diff"] <= 1e-5 and summary["max_relative_grad_diff"] <= 1e-4
+    assert (summary["rows"], summary["distinct_prompts"]) == (16, 2)
+    assert all(summary[f"{side}_{name}_s"] > 0 for side in ("plain", "shared") for name in ("policy", "reference"))
+    assert _last_json_line(capsys.readouterr().out) == summary
+
+
 def test_decode_profile_splits_the_rollout_into_its_parts(capsys):
     """The parts the decode profile times cover the loop: every GEMM kind, attention, norms, sampling, prefill."""
     import decode_profile
