@@ -205,23 +205,31 @@ def test_share_prompts_false_computes_every_prompt_silently(tokenizer, tmp_path,
     assert len(calls) == 4 and all(rows == 8 for _, rows, _ in calls)  # old and reference passes, 2 chunks each
 
 
+def fake_trainer(share_prompts=None, device="cpu", zero_stage=None, fsdp=False):
+    """What `sharing_off_reason` reads of a trainer."""
+    plugin = SimpleNamespace(zero_stage=zero_stage) if zero_stage else None
+    policy = SimpleNamespace(config=MiniMindConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4))
+    accelerator = SimpleNamespace(
+        unwrap_model=lambda model: model, state=SimpleNamespace(deepspeed_plugin=plugin), device=torch.device(device)
+    )
+    return SimpleNamespace(args=SimpleNamespace(share_prompts=share_prompts), model=policy, accelerator=accelerator,
+                           is_deepspeed_enabled=plugin is not None, is_fsdp_enabled=fsdp)  # fmt: skip
+
+
 @pytest.mark.parametrize("backend", ["zero3", "fsdp"])
 def test_zero3_and_fsdp_compute_every_prompt(backend):
-    """Both gather each layer's weights at every call, and a shared pass calls each layer twice: not run here."""
-    plugin = SimpleNamespace(zero_stage=3 if backend == "zero3" else 2)
-    policy = SimpleNamespace(config=MiniMindConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4))
-    trainer = SimpleNamespace(
-        args=SimpleNamespace(share_prompts=True),
-        model=policy,
-        accelerator=SimpleNamespace(unwrap_model=lambda model: model, state=SimpleNamespace(deepspeed_plugin=plugin)),
-        is_deepspeed_enabled=backend == "zero3",
-        is_fsdp_enabled=backend == "fsdp",
-    )
-    expected = "DeepSpeed ZeRO-3" if backend == "zero3" else "FSDP"
-    assert sharing_off_reason(trainer).startswith(expected)
-    plugin.zero_stage = 2  # ZeRO-2 keeps whole weights on every rank: sharing applies
-    trainer.is_fsdp_enabled = False
-    assert sharing_off_reason(trainer) is None
+    """Both gather each layer's weights at every call, and a shared pass calls each layer twice: not verified."""
+    trainer = fake_trainer(True, zero_stage=3 if backend == "zero3" else None, fsdp=backend == "fsdp")
+    assert sharing_off_reason(trainer).startswith("DeepSpeed ZeRO-3" if backend == "zero3" else "FSDP")
+    assert sharing_off_reason(fake_trainer(True, zero_stage=2)) is None  # ZeRO-2 keeps whole weights on every rank
+
+
+def test_unset_share_prompts_shares_on_cpu_only():
+    """On GPUs two passes per layer double the kernel launches, which set the time at MiniMind's sizes."""
+    assert sharing_off_reason(fake_trainer(None, "cpu")) is None
+    assert "share_prompts unset on cuda" in sharing_off_reason(fake_trainer(None, "cuda"))
+    assert sharing_off_reason(fake_trainer(True, "cuda")) is None
+    assert sharing_off_reason(fake_trainer(False, "cpu")) == "share_prompts: false"
 
 
 def test_rollouts_whose_prompts_differ_within_a_group_are_computed_row_by_row(tokenizer, tmp_path, log):
