@@ -7,16 +7,19 @@
 (b) `ours`: `MiniMindGRPOTrainer` with its defaults, which include the two CPU levers: the fused log-prob head
     of `minimind_trl.trainer.fast_logprobs` (completion positions only) and rollouts through
     `minimind_trl.trainer.fast_sampling.FastSampler` (`fast_sampling=True`), and the precision chosen for this
-    CPU (`bf16` unset: bf16 only where the CPU computes it natively, `minimind_trl.trainer.cpu_precision`). Same
+    CPU (`bf16` unset: bf16 only where the CPU computes it natively, `minimind_trl.trainer.cpu_precision`), and its
+    log-prob passes computing each group's prompt once (`share_prompts`; `--no-share-prompts` turns it off). Same
     rewards as (a) (`format_reward`, `tag_count_reward`, `RewardModelReward` over a batched `InternLM2Scorer`);
     config levers below (`--precision`, `--sampler-dtype` = `sampling_weights_dtype`, ...).
 (c) `stock`: the same trainer with both CPU levers switched off, i.e. TRL's own paths: `fast_sampling=False`
     (stock `generate`) and TRL's `trl.trainer.utils.add_fused_lm_head`, swapped in by a subclass defined here
-    while the trainer builds its heads. (b) against (c) is what the levers gain. `--no-stock` skips it.
+    while the trainer builds its heads, and every prompt computed per completion (`share_prompts=False`). (b)
+    against (c) is what the levers gain. `--no-stock` skips it.
 
 All start from the same saved policy, the same tiny InternLM2-layout reward model (random weights in the
-published layout, `minimind_trl.models.internlm2_reward.tiny`) and the same two prompts; all are forced to generate
-exactly `--new-tokens` tokens per completion (`min_new_tokens`, checked), so the work is equal. Each side runs
+published layout, `minimind_trl.models.internlm2_reward.tiny`) and the same two prompts (~62 tokens, cut at 66 as
+upstream cuts them; `--prompt-tokens N`: each grown with background text and cut to its last N); all are forced to
+generate exactly `--new-tokens` tokens per completion (`min_new_tokens`, checked), so the work is equal. Each side runs
 in its own subprocess, one after the other, so its peak RSS is its own. Phase times for (b)/(c) come from
 TRL's own profiling hooks (`trl.extras.profiling.ProfilingContext`, recorded instead of sent to a tracker) and
 trainer callbacks:
@@ -33,15 +36,19 @@ name the CPU (vendor and model, torch's capability, AVX512-BF16 and AMX yes/no) 
 choice makes on it; each side's line says the precision it ran in. The last line printed is one JSON object
 (`cpu`, `precision_choice`, `seed_precision`, `ours_precision`, `seed_s_per_step`, `ours_s_per_step`, `speedup`,
 `seed_peak_rss_mb`, `ours_peak_rss_mb`, `stock_s_per_step`, `stock_speedup`, `roofline_s_per_step`,
-`ours_efficiency`, `ours_cpu_efficiency`, ...). Before the sides run, the parent measures the roofline
-(`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's best GEMM peak at the
-phase's shapes (the faster of fp32 and bf16, whichever precision a side picked, so a slow choice shows as low
-efficiency); the report prints each side's efficiency (time at peak / measured time) per phase and step, and for
-the step against CPU time too (with one thread the peaks are timed in CPU time, see `roofline.py`).
+`ours_efficiency`, `ours_cpu_efficiency`, `speedup_ceiling`, ...). Before the sides run, the parent measures the
+roofline (`benchmarks/roofline.py`): each phase's FLOPs counted from the shapes and this machine's best GEMM peak at
+the phase's shapes (the faster of fp32 and bf16, whichever precision a side picked, so a slow choice shows as low
+efficiency). Each side is measured against the FLOPs it really does: (b) with each group's prompt once in its
+log-prob and backward passes, (a) and (c) with every prompt per completion. The report prints each side's
+efficiency (time at peak / measured time) per phase and step, and for the step against CPU time too (with one
+thread the peaks are timed in CPU time, see `roofline.py`), and the FLOP ceiling of (b)/(a): (a)'s measured time
+over (b)'s roofline, the speed-up (b) would reach at 100 % efficiency.
 
     python benchmarks/grpo_step.py --threads 1                    # hidden 256, 4 layers, 128 new tokens
     python benchmarks/grpo_step.py --threads 1 --new-tokens 512 --steps 3
     python benchmarks/grpo_step.py --threads 1 --moe
+    python benchmarks/grpo_step.py --threads 1 --prompt-tokens 256 --new-tokens 256 --steps 3
 """
 
 import argparse
@@ -66,6 +73,12 @@ QUESTIONS = (
     "What is the capital of France? Please think step by step, then answer.",
     "为什么天空是蓝色的？请先思考，再回答。",
 )
+# --prompt-tokens: background text put before each question until its chat-templated prompt is long enough
+FILLER = (
+    "Background: the question below comes from a study guide on geography and physics. ",
+    "背景：下面的问题来自一本地理和物理的学习指南。",
+)
+DEFAULT_PROMPT_CUT = 66  # MiniMindGRPOConfig's max_prompt_length, upstream's --max_seq_len
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -80,6 +93,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     model.add_argument("--prompts", type=int, default=2, help="prompts per step (upstream's --batch_size)")
     model.add_argument("--generations", type=int, default=8, help="completions per prompt")
     model.add_argument("--new-tokens", type=int, default=128, help="tokens generated per completion (forced)")
+    model.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=None,
+        help="prompt length: each prompt padded with background text to at least N chat-templated tokens and both "
+        "loops keep its last N (max_prompt_length / --max_seq_len N); default: the two short questions (~62 tokens) "
+        "cut at 66 as upstream cuts them",
+    )
     model.add_argument("--rm-hidden-size", type=int, default=64, help="stand-in reward model width")
     model.add_argument("--rm-layers", type=int, default=2, help="stand-in reward model depth")
     run = parser.add_argument_group("run")
@@ -132,6 +153,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["sdpa", "eager"],
         help="(b)/(c) the policy's and reference's attention (default: transformers' choice, sdpa)",
     )
+    ours.add_argument(
+        "--no-share-prompts",
+        action="store_true",
+        help="(b) with share_prompts: false (every prompt computed once per completion, as upstream and (c) do)",
+    )
     ours.add_argument("--no-stock", action="store_true", help="skip (c), the trainer on TRL's stock paths")
     parser.add_argument("--role", choices=["seed", "ours", "stock"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -174,7 +200,7 @@ def prepare(args, workdir: Path) -> None:
         num_key_value_heads=args.kv_heads,
         vocab_size=args.vocab_size,
         use_moe=args.moe,
-        max_position_embeddings=max(32768, 66 + args.new_tokens),
+        max_position_embeddings=max(32768, prompt_cut(args) + args.new_tokens),
     )
     MiniMindForCausalLM(config).save_pretrained(workdir / "policy")
     tokenizer.save_pretrained(workdir / "policy")
@@ -188,8 +214,28 @@ def prepare(args, workdir: Path) -> None:
         max_position_embeddings=4096,
     )
     conversations = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    if args.prompt_tokens:
+        conversations = [long_conversation(tokenizer, q, f, args.prompt_tokens) for q, f in zip(QUESTIONS, FILLER)]
     conversations = (conversations * ((args.prompts + len(conversations) - 1) // len(conversations)))[: args.prompts]
     (workdir / "prompts.json").write_text(json.dumps(conversations, ensure_ascii=False))
+
+
+def prompt_cut(args) -> int:
+    """The prompt tokens both loops keep (the last ones)."""
+    return args.prompt_tokens or DEFAULT_PROMPT_CUT
+
+
+def templated_length(tokenizer, conversation) -> int:
+    ids = tokenizer.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True, return_dict=False)
+    return len(ids)
+
+
+def long_conversation(tokenizer, question: str, filler: str, tokens: int) -> list[dict]:
+    """The question after as much background text as makes its chat-templated prompt at least `tokens` long."""
+    repeats = 0
+    while templated_length(tokenizer, [{"role": "user", "content": filler * repeats + question}]) < tokens:
+        repeats += 1
+    return [{"role": "user", "content": filler * repeats + question}]
 
 
 def load_shared(workdir: Path):
@@ -223,7 +269,12 @@ def run_seed(args, workdir: Path) -> dict:
     policy = MiniMindForCausalLM.from_pretrained(workdir / "policy", dtype=torch.float32)
     reference = MiniMindForCausalLM.from_pretrained(workdir / "policy", dtype=torch.float32)
     prompts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
-    seed_args = SeedArgs(num_generations=args.generations, max_gen_len=args.new_tokens, min_new_tokens=args.new_tokens)
+    seed_args = SeedArgs(
+        num_generations=args.generations,
+        max_gen_len=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+        max_seq_len=prompt_cut(args),
+    )
     loop = SeedGRPOLoop(
         policy,
         reference,
@@ -409,8 +460,10 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
         gradient_accumulation_steps=accumulation,
         generation_batch_size=args.prompts * args.generations,
         num_generations=args.generations,
+        max_prompt_length=prompt_cut(args),
         max_completion_length=args.new_tokens,
         generation_kwargs={"min_new_tokens": args.new_tokens},
+        share_prompts=not (stock or args.no_share_prompts),
         cache_implementation=args.cache_implementation,
         use_transformers_continuous_batching=args.continuous_batching,
         activation_checkpointing=args.activation_checkpointing,
@@ -438,7 +491,11 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
         processing_class=tokenizer,
         callbacks=[recorder.callback()],
     )
-    levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)), "lean_samples": 0}
+    levers = {
+        "log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)),
+        "lean_samples": 0,
+        "shared_prompts": trainer._shares_prompts,
+    }
     precision = "bf16" if trainer.args.bf16 else "fp32"  # after the config's automatic choice
     if trainer._sampler is not None:  # count the generations the lean loop itself ran (not its `generate` fallback)
         policy = trainer.accelerator.unwrap_model(trainer.model)
@@ -521,8 +578,9 @@ def report(args, results: dict) -> dict:
     seed = results.get("seed")
     print(
         f"hidden {args.hidden_size}, {args.layers} layers, {args.heads} heads / {args.kv_heads} kv, vocab "
-        f"{args.vocab_size}{', MoE' if args.moe else ''}; {args.prompts} prompts x {args.generations} generations x "
-        f"{args.new_tokens} new tokens; median of {args.steps} steps after {args.warmup} warm-up; "
+        f"{args.vocab_size}{', MoE' if args.moe else ''}; {args.prompts} prompts (cut at {prompt_cut(args)} tokens) x "
+        f"{args.generations} generations x {args.new_tokens} new tokens; median of {args.steps} steps after "
+        f"{args.warmup} warm-up; "
         f"{next(iter(results.values()))['threads']} threads"
     )
     print(
@@ -538,6 +596,7 @@ def report(args, results: dict) -> dict:
             levers = results[key]["levers"]
             print(
                 f"{label}: precision {results[key]['precision']}, log-prob head {levers['log_prob_head']}, "
+                f"prompts shared per group {levers['shared_prompts']}, "
                 f"lean-sampler generations {levers['lean_samples']}"
                 + (
                     f" (decode kernel {levers.get('decode_kernel')}, GEMM weights {levers.get('decode_weights')})"
@@ -573,6 +632,7 @@ def report(args, results: dict) -> dict:
         "layers": args.layers,
         "moe": args.moe,
         "new_tokens": args.new_tokens,
+        "prompt_tokens_cut": prompt_cut(args),
         "prompts": args.prompts,
         "generations": args.generations,
         "steps": args.steps,
@@ -633,13 +693,11 @@ def step_roofline(args, workdir: Path) -> dict:
     set_threads(args)
     tokenizer = AutoTokenizer.from_pretrained(workdir / "policy")
     conversations = json.loads((workdir / "prompts.json").read_text())
-    lengths = [
-        min(66, len(tokenizer.apply_chat_template(c, tokenize=True, add_generation_prompt=True, return_dict=False)))
-        for c in conversations
-    ]  # the prompts as both loops cut them (max_prompt_length / --max_seq_len 66)
+    lengths = [min(prompt_cut(args), templated_length(tokenizer, c)) for c in conversations]  # as both loops cut them
     shapes = StepShapes.from_config(
         AutoConfig.from_pretrained(workdir / "policy"),
         completions=args.prompts * args.generations,
+        groups=args.prompts,
         prompt_tokens=round(statistics.mean(lengths)),
         new_tokens=args.new_tokens,
         rm_hidden=args.rm_hidden_size,
@@ -648,46 +706,69 @@ def step_roofline(args, workdir: Path) -> dict:
     return roofline(shapes)
 
 
+def side_roofline(roof: dict, result: dict) -> dict:
+    """The roofline of the FLOPs a side really does: each group's prompt once where it shares prompts ((b) by
+    default), once per completion otherwise ((a) like upstream, (c) on TRL's paths)."""
+    return roof["shared_prompts"] if result.get("levers", {}).get("shared_prompts") else roof
+
+
 def report_roofline(args, roof: dict, results: dict) -> dict:
-    """Print the roofline beside each side's phase times; the JSON keys it adds."""
+    """Print the roofline beside each side's phase times, each side against the FLOPs it does; the JSON keys it
+    adds."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from roofline import efficiency
 
     phases = [name for name in PHASES if name in roof["phases"]]
+    shared = roof["shared_prompts"]
     print(
-        f"roofline (each phase at the faster of fp32 and bf16 GEMMs measured here): "
-        f"{roof['roofline_s_per_step']:.3f} s/step at peak"
+        f"roofline (each phase at the faster of fp32 and bf16 GEMMs measured here): {roof['roofline_s_per_step']:.3f} "
+        f"s/step at peak with every prompt computed per completion, {shared['roofline_s_per_step']:.3f} with each "
+        "group's prompt once (shared)"
     )
     print(
-        f"{'':<16}{'GFLOP':>10}{'peak GF/s':>11}{'best':>6}{'fp32':>8}{'bf16':>8}{'at peak s':>11}"
-        + "".join(f"{k + ' eff':>13}" for k in results)
+        f"{'':<16}{'GFLOP':>9}{'shared':>8}{'peak GF/s':>11}{'best':>6}{'fp32':>8}{'bf16':>8}{'at peak s':>11}"
+        f"{'shared':>8}" + "".join(f"{k + ' eff':>13}" for k in results)
     )
-    efficiencies = {key: efficiency(roof, r["phases"], r["s_per_step"]) for key, r in results.items()}
+    rooflines = {key: side_roofline(roof, r) for key, r in results.items()}
+    efficiencies = {key: efficiency(rooflines[key], r["phases"], r["s_per_step"]) for key, r in results.items()}
     for name in phases:
-        p = roof["phases"][name]
+        p, q = roof["phases"][name], shared["phases"][name]
         by_dtype = p["peak_gflops_by_dtype"]
         line = (
-            f"{name:<16}{p['gflop']:>10.2f}{p['peak_gflops']:>11.1f}{p['peak_dtype']:>6}{by_dtype['fp32']:>8.1f}"
-            f"{by_dtype['bf16']:>8.1f}{p['roofline_s']:>11.3f}"
+            f"{name:<16}{p['gflop']:>9.2f}{q['gflop']:>8.2f}{p['peak_gflops']:>11.1f}{p['peak_dtype']:>6}"
+            f"{by_dtype['fp32']:>8.1f}{by_dtype['bf16']:>8.1f}{p['roofline_s']:>11.3f}{q['roofline_s']:>8.3f}"
         )
         for key in results:
             value = efficiencies[key]["phases"][name]
             line += f"{value:>13.1%}" if value is not None else f"{'-':>13}"
         print(line)
-    print(f"{'step':<16}{'':>54}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
-    cpu_efficiency = {key: roof["roofline_s_per_step"] / r["cpu_s_per_step"] for key, r in results.items()}
-    print(f"{'step, CPU time':<16}{'':>54}" + "".join(f"{cpu_efficiency[key]:>13.1%}" for key in results))
+    print(f"{'step':<16}{'':>69}" + "".join(f"{efficiencies[key]['step']:>13.1%}" for key in results))
+    cpu_efficiency = {key: rooflines[key]["roofline_s_per_step"] / r["cpu_s_per_step"] for key, r in results.items()}
+    print(f"{'step, CPU time':<16}{'':>69}" + "".join(f"{cpu_efficiency[key]:>13.1%}" for key in results))
     generation = roof["phases"]["generation"]
     print(
         f"decode peak ({generation['peak_dtype']}) at its working set ({generation['weight_mb']:.1f} MB of weights per "
         "step, cycled): "
         f"{generation['peak_gflops']:.1f} GF/s; one warm matrix: {generation['peak_gflops_warm']:.1f} GF/s"
     )
-    summary = {"roofline_s_per_step": roof["roofline_s_per_step"], "roofline": roof}
+    summary = {
+        "roofline_s_per_step": roof["roofline_s_per_step"],
+        "shared_prompts_roofline_s_per_step": shared["roofline_s_per_step"],
+        "roofline": roof,
+    }
     for key in results:
+        summary[f"{key}_roofline_s_per_step"] = rooflines[key]["roofline_s_per_step"]
         summary[f"{key}_efficiency"] = efficiencies[key]["step"]
         summary[f"{key}_cpu_efficiency"] = cpu_efficiency[key]
         summary[f"{key}_phase_efficiency"] = efficiencies[key]["phases"]
+    if "seed" in results and "ours" in results:  # (b) at 100 % of its roofline against (a) as measured
+        ceiling = rooflines["ours"]["roofline_s_per_step"]
+        summary["speedup_ceiling"] = results["seed"]["s_per_step"] / ceiling
+        summary["speedup_ceiling_cpu_time"] = results["seed"]["cpu_s_per_step"] / ceiling
+        print(
+            f"FLOP ceiling of (b)/(a): {summary['speedup_ceiling']:.2f}x wall, "
+            f"{summary['speedup_ceiling_cpu_time']:.2f}x CPU time ((b) running every phase at its roofline)"
+        )
     return summary
 
 

@@ -7,8 +7,10 @@ Counted (multiply-adds x 2), per phase of `benchmarks/grpo_step.py`:
                    over the cache grows with the position); the LM head at every step (sampling needs it)
     logprobs       one forward of the reference and one of the policy over prompt + completion; the LM head at
                    completion positions only (what minimind-trl's log-prob head computes; TRL's stock head does
-                   every position, which this count does not charge it for)
-    backward_step  the policy's backward: twice its forward (input and weight gradients)
+                   every position, which this count does not charge it for). With shared prompts (minimind-trl's
+                   `share_prompts`, `roofline(...)["shared_prompts"]`) each group's prompt once, its completions
+                   attending to it, instead of once per completion
+    backward_step  the policy's backward: twice its forward (input and weight gradients), prompts shared or not
     reward         the reward model's forward over its conversations (full completion + `<answer>` text)
 
 The peak is the best of several timings at the phase's representative shape, in fp32 and in bf16, each through
@@ -58,9 +60,12 @@ class StepShapes:
     rm_hidden: int
     rm_layers: int
     rm_intermediate: int
+    groups: int | None = None  # distinct prompts among the completions (None: every completion its own)
 
     @classmethod
-    def from_config(cls, config, completions, prompt_tokens, new_tokens, rm_hidden, rm_layers) -> "StepShapes":
+    def from_config(
+        cls, config, completions, prompt_tokens, new_tokens, rm_hidden, rm_layers, groups=None
+    ) -> "StepShapes":
         moe = bool(getattr(config, "use_moe", False))
         return cls(
             hidden=config.hidden_size,
@@ -79,6 +84,7 @@ class StepShapes:
             rm_hidden=rm_hidden,
             rm_layers=rm_layers,
             rm_intermediate=2 * rm_hidden,
+            groups=groups,
         )
 
 
@@ -99,12 +105,22 @@ def forward_flops(s: StepShapes, tokens: int, context: float, head_positions: in
     return 2 * s.layers * tokens * (per_token + attention) + 2 * head_positions * s.hidden * s.vocab + rope
 
 
-def phase_flops(s: StepShapes) -> dict[str, float]:
+def log_prob_forward_flops(s: StepShapes, shared_prompts: bool = False) -> float:
+    """One log-prob forward over the step's completions (LM head at completion positions only). With shared
+    prompts, each of the `groups` prompts once, then the completions attending to their prompt's keys and values."""
+    rows, prompt, new = s.completions, s.prompt_tokens, s.new_tokens
+    if not shared_prompts:
+        return forward_flops(s, rows * (prompt + new), (prompt + new) / 2, rows * new)
+    groups = s.groups or rows
+    return forward_flops(s, groups * prompt, prompt / 2, 0) + forward_flops(s, rows * new, prompt + new / 2, rows * new)
+
+
+def phase_flops(s: StepShapes, shared_prompts: bool = False) -> dict[str, float]:
     rows, prompt, new = s.completions, s.prompt_tokens, s.new_tokens
     total = prompt + new
     prefill = forward_flops(s, rows * prompt, prompt / 2, rows)
     decode = forward_flops(s, rows * new, prompt + new / 2, rows * new)
-    policy = forward_flops(s, rows * total, total / 2, rows * new)
+    policy = log_prob_forward_flops(s, shared_prompts)
     rm_per_token = layer_matmul_params(s.rm_hidden, 4, 2, s.rm_hidden // 4, s.rm_intermediate, 1)
     reward = 2 * 2 * rows * total * s.rm_layers * rm_per_token  # full + answer conversations, at most
     return {"generation": prefill + decode, "logprobs": 2 * policy, "backward_step": 2 * policy, "reward": reward}
@@ -186,9 +202,16 @@ def phase_peaks(s: StepShapes, dtype: torch.dtype) -> dict[str, float]:
 
 def roofline(s: StepShapes) -> dict:
     """Per phase: FLOPs, the measured peak in fp32 and in bf16, the faster of the two (`peak_gflops`,
-    `peak_dtype`) and the seconds the phase would take at it."""
-    flops = phase_flops(s)
+    `peak_dtype`) and the seconds the phase would take at it. `shared_prompts` holds the same for a step whose
+    log-prob passes compute each group's prompt once (same peaks, fewer FLOPs)."""
     peaks = {name: phase_peaks(s, dtype) for name, dtype in DTYPES.items()}
+    warm = max(gemm_gflops(s.completions, s.hidden, s.intermediate, dtype) for dtype in DTYPES.values())
+    result = _at_peaks(s, phase_flops(s), peaks, warm)
+    result["shared_prompts"] = _at_peaks(s, phase_flops(s, shared_prompts=True), peaks, warm)
+    return result
+
+
+def _at_peaks(s: StepShapes, flops: dict[str, float], peaks: dict, warm: float) -> dict:
     phases = {}
     for name in flops:
         by_dtype = {dtype: peaks[dtype][name] for dtype in DTYPES}
@@ -201,9 +224,7 @@ def roofline(s: StepShapes) -> dict:
             "roofline_s": flops[name] / 1e9 / by_dtype[best],
         }
     generation = phases["generation"]
-    generation["peak_gflops_warm"] = max(
-        gemm_gflops(s.completions, s.hidden, s.intermediate, dtype) for dtype in DTYPES.values()
-    )
+    generation["peak_gflops_warm"] = warm
     generation["weight_mb"] = decode_weight_bytes(s, DTYPES[generation["peak_dtype"]]) / 2**20
     return {"phases": phases, "roofline_s_per_step": sum(p["roofline_s"] for p in phases.values())}
 

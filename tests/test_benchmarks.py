@@ -23,8 +23,11 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
 
     args = grpo_step.parse_args(
         [*TOY, "--new-tokens", "4", "--steps", "1", "--warmup", "0", "--rm-hidden-size", "16", "--rm-layers", "1"]
+        + ["--prompt-tokens", "80"]  # longer than the questions: background text is put before them
     )
     grpo_step.prepare(args, tmp_path)
+    tokenizer, _, _, conversations = grpo_step.load_shared(tmp_path)
+    assert all(grpo_step.templated_length(tokenizer, c) >= 80 for c in conversations)  # both loops cut to 80
     results = {
         "seed": grpo_step.run_seed(args, tmp_path),
         "ours": grpo_step.run_ours(args, tmp_path),
@@ -40,8 +43,13 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
         "lean_samples": 1,
         "decode_kernel": True,
         "decode_weights": "bfloat16",  # sampling_weights_dtype 'auto' under the automatic bf16 precision
+        "shared_prompts": True,
     }
-    assert results["stock"]["levers"] == {"log_prob_head": "trl.trainer.utils", "lean_samples": 0}
+    assert results["stock"]["levers"] == {
+        "log_prob_head": "trl.trainer.utils",
+        "lean_samples": 0,
+        "shared_prompts": False,  # TRL's paths compute every prompt per completion
+    }
     assert [results[side]["precision"] for side in ("seed", "ours", "stock")] == ["fp32", "bf16", "bf16"]
     summary = {**grpo_step.cpu_report(), **grpo_step.report(args, results)}
     # the JSON names the CPU's capability and the precision each side ran in
@@ -66,9 +74,17 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
     assert "ours (b): precision bf16" in out
     roof = grpo_step.step_roofline(args, tmp_path)
     assert roof["roofline_s_per_step"] > 0 and set(roof["phases"]) == {"generation", "logprobs", "backward_step", "reward"}
+    shared = roof["shared_prompts"]  # (b) computes each group's prompt once in its log-prob and backward passes
+    for name in ("logprobs", "backward_step"):
+        assert shared["phases"][name]["gflop"] < roof["phases"][name]["gflop"]
+    for name in ("generation", "reward"):
+        assert shared["phases"][name]["gflop"] == roof["phases"][name]["gflop"]
     extra = grpo_step.report_roofline(args, roof, results)
     assert extra["roofline_s_per_step"] == roof["roofline_s_per_step"] and extra["ours_efficiency"] > 0
-    assert extra["ours_cpu_efficiency"] == roof["roofline_s_per_step"] / results["ours"]["cpu_s_per_step"]
+    assert extra["ours_cpu_efficiency"] == shared["roofline_s_per_step"] / results["ours"]["cpu_s_per_step"]
+    assert extra["seed_cpu_efficiency"] == roof["roofline_s_per_step"] / results["seed"]["cpu_s_per_step"]
+    assert extra["stock_roofline_s_per_step"] == roof["roofline_s_per_step"]
+    assert extra["speedup_ceiling"] == results["seed"]["s_per_step"] / shared["roofline_s_per_step"]
     assert "at peak" in capsys.readouterr().out
     # TRL's profiling class and the trainer's head builder are restored after the runs
     from trl.extras.profiling import ProfilingContext
@@ -247,6 +263,64 @@ def test_roofline_flop_count_equals_torchs_count_of_a_real_forward(generation, m
     assert forward_flops(shapes, tokens=batch * length, context=length, head_positions=batch * length) == (
         counter.get_total_flops()
     )
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_roofline_flop_count_of_shared_prompts_equals_torchs_count_of_the_shared_forward(moe):
+    """The shared forward's FLOPs as torch counts them: the distinct prompts once (eager attention over the prompt),
+    the completions attending to prompt + completion, the LM head at every returned position."""
+    import torch
+    from roofline import StepShapes, forward_flops, log_prob_forward_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+
+    config = MiniMindConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            vocab_size=300, attn_implementation="eager", use_moe=moe, num_experts=4)  # fmt: skip
+    model = MiniMindForCausalLM(config).eval()
+    groups, generations, prompt, new = 2, 3, 7, 5
+    prompts = torch.randint(0, 300, (groups, prompt)).repeat_interleave(generations, dim=0)
+    input_ids = torch.cat([prompts, torch.randint(0, 300, (groups * generations, new))], dim=1)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids, attention_mask=torch.ones_like(input_ids), shared_prefix_length=prompt, use_cache=False)
+    shapes = StepShapes.from_config(config, completions=6, prompt_tokens=prompt, new_tokens=new, rm_hidden=8,
+                                    rm_layers=1, groups=groups)  # fmt: skip
+    rows = groups * generations
+    expected = forward_flops(shapes, groups * prompt, prompt, 0) + forward_flops(shapes, rows * new, prompt + new, 0)
+    head = 2 * rows * (prompt + new) * 64 * 300  # the LM head over every position the forward returns
+    assert counter.get_total_flops() == expected + head
+    # the step's count: causal attention (half the context on average), the head at completion positions only
+    prompts_once = forward_flops(shapes, groups * prompt, prompt / 2, 0)
+    completions = forward_flops(shapes, rows * new, prompt + new / 2, rows * new)
+    assert log_prob_forward_flops(shapes, shared_prompts=True) == prompts_once + completions
+    whole_rows = forward_flops(shapes, rows * (prompt + new), (prompt + new) / 2, rows * new)
+    assert log_prob_forward_flops(shapes) == whole_rows
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_prompt_sharing_passes_agree_and_are_timed(capsys, moe):
+    import prompt_sharing
+
+    args = [*TOY, "--vocab-size", "300", "--prompt-tokens", "8", "--new-tokens", "4", "--reps", "1", "--threads", "1"]
+    summary = prompt_sharing.main(args + (["--moe"] if moe else []))
+    assert summary["max_log_prob_diff"] <= 1e-5 and summary["max_relative_grad_diff"] <= 1e-4
+    assert (summary["rows"], summary["distinct_prompts"]) == (16, 2)
+    assert all(summary[f"{side}_{name}_s"] > 0 for side in ("plain", "shared") for name in ("policy", "reference"))
+    assert _last_json_line(capsys.readouterr().out) == summary
+
+
+def test_decode_profile_splits_the_rollout_into_its_parts(capsys):
+    """The parts the decode profile times cover the loop: every GEMM kind, attention, norms, sampling, prefill."""
+    import decode_profile
+
+    summary = decode_profile.main([*TOY, "--vocab-size", "300", "--rows", "4", "--prompt-tokens", "5", "--new-tokens",
+                                   "4", "--rounds", "1", "--threads", "1", "--weights", "fp32"])  # fmt: skip
+    expected = {"prefill", "cache copy-in", "attention", "norms", "step other", "top-k sampling", "loop other",
+                "generate setup"}  # fmt: skip
+    assert expected | {"gemm:qkv", "gemm:o", "gemm:gate_up", "gemm:down", "gemm:lm_head"} == set(summary["parts"])
+    assert all(seconds > 0 for seconds in summary["parts"].values())
+    assert sum(summary["parts"].values()) == pytest.approx(summary["timed_s"], rel=0.05)
+    assert _last_json_line(capsys.readouterr().out) == summary
 
 
 def test_vllm_rollouts_lean_side_runs_and_reports(capsys):

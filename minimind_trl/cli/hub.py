@@ -1,7 +1,7 @@
 """Hand-off of a trained policy to the Hub: the checks before a push.
 
 `check_push_folder` makes sure a pushed folder loads without this package: weights as safetensors, a tokenizer,
-and `config.json` with `auto_map` next to the modeling code (or a complete LoRA adapter).
+and `config.json` with `auto_map` next to the modeling code and the modules it imports (or a complete LoRA adapter).
 """
 
 import json
@@ -26,7 +26,7 @@ def check_push_folder(folder: str) -> list[str]:
             raise PushCheckError(
                 f"{config_path}: auto_map lacks {missing}; people without minimind-trl could not load it"
             )
-        modules = sorted({reference.split(".")[0] + ".py" for reference in auto_map.values()})
+        modules = _modules_with_their_imports(folder, {ref.split(".")[0] + ".py" for ref in auto_map.values()})
         weights = (
             "model.safetensors.index.json"
             if os.path.isfile(os.path.join(folder, "model.safetensors.index.json"))
@@ -38,6 +38,21 @@ def check_push_folder(folder: str) -> list[str]:
     if absent:
         raise PushCheckError(f"{folder} lacks {absent}; refusing to push an incomplete model")
     return required
+
+
+def _modules_with_their_imports(folder: str, modules: set[str]) -> list[str]:
+    """`modules` and the sibling modules they import relatively, recursively, as transformers loads remote code
+    (`modeling_minimind.py` imports `feed_forward_minimind.py` and `shared_prefix_minimind.py`)."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
+    needed, pending = set(), set(modules)
+    while pending:
+        name = pending.pop()
+        needed.add(name)
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            pending |= {f"{module}.py" for module in get_relative_imports(path)} - needed
+    return sorted(needed)
 
 
 def check_push_on_all_ranks(trainer) -> None:

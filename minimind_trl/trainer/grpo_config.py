@@ -89,6 +89,15 @@ class MiniMindGRPOConfig(GRPOConfig):
             `.../extra_completions`. Upstream has none, so it is off by default.
         max_resample_rounds (`int`, *optional*, defaults to `3`):
             With `dynamic_sampling`, the most extra generation rounds spent on one generation batch.
+        share_prompts (`bool` or `None`, *optional*, unset by default: on where the policy trains on the CPU):
+            For MiniMind policies, compute each prompt once per group in the log-prob passes the trainer owns (the
+            policy forward with gradient, the reference forward, TRL's old-log-prob pass), its G completions
+            attending to its keys and values (`minimind_trl.trainer.prompt_sharing`). Groups are found by content;
+            rows whose prompts differ are computed row by row. Log-probs, gradients and the MoE loss equal the
+            unshared passes' up to summation order (docs/deviations.md); a resume may switch it. Upstream computes
+            every prompt G times. Unset: on CPU, off on GPUs (where at MiniMind's sizes kernel launches, not FLOPs,
+            set the time: measured slower in bf16); `true` everywhere it applies; never with DeepSpeed ZeRO-3 or
+            FSDP (said once in the log).
         moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
             model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
@@ -213,6 +222,14 @@ class MiniMindGRPOConfig(GRPOConfig):
         metadata={
             "help": "Also save the weights as upstream MiniMind's native .pth (fp16) in every checkpoint and at the "
             "end, like upstream's --save_weight grpo."
+        },
+    )
+    share_prompts: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Compute each prompt once per group in the policy, reference and old-log-prob passes (MiniMind "
+            "policies; groups found by content). Same log-probs and gradients up to summation order. Unset: on "
+            "CPU only (on GPUs at MiniMind's sizes it was measured slower in bf16)."
         },
     )
     moe_aux_loss_weight: float = field(

@@ -47,6 +47,7 @@ from .model_card import (
 from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
 from .policy_losses import upto_first_eos_mask
 from .seam_choice import seam_rows, seam_run_identity
+from .prompt_sharing import shares_prompts, with_shared_prompt
 from .trl_overrides import reference_copy, trl_init_overrides
 from .vllm_rollouts import (
     check_server_logprobs_mode,
@@ -72,6 +73,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
     _tag_names = ["trl", "grpo", "minimind"]
     _refill_step = None  # dynamic sampling: the optimizer step and generation count its refill prompts key on
     _refill_count = 0
+    _shares_prompts = False  # the log-prob passes compute each prompt once per group (`prompt_sharing`)
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         self._registered_loss = args.loss_type not in TRL_LOSS_TYPES
         self._rewards_per_func = None
         self._past_eos_attended = False
+        self._shares_prompts = shares_prompts(self)
         self._sampler = self._fast_sampler(args)
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
@@ -344,6 +347,8 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             # completion positions all visible, as in upstream's mask-free forward (see `_attending_past_eos`)
             attention_mask = attention_mask.clone()
             attention_mask[:, -logits_to_keep:] = 1
+        if self._shares_prompts:  # each prompt computed once per group (`prompt_sharing`)
+            model = with_shared_prompt(model, input_ids, logits_to_keep)
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )

@@ -42,15 +42,17 @@ except ImportError:  # Windows: no advisory locks; runs are not protected from e
 
 logger = logging.getLogger(__name__)
 
-# Settings a resume may change: where things go and how they are reported, how long to train, and the batch
-# geometry (checked on its own, with its own message, by `check_resume_geometry`).
+# Settings a resume may change: where things go and how they are reported, how long to train, the batch geometry
+# (checked on its own, with its own message, by `check_resume_geometry`), and `share_prompts` (the same arithmetic up
+# to summation order).
 RESUMABLE_SETTINGS = re.compile(
     r"^(output_dir|logging_.*|log_.*|save_.*|hub_.*|push_to_hub.*|report_to|run_name|project|trackio_.*|wandb_.*|"
     r"resume_from_checkpoint|overwrite_output_dir|accept_inexact_resume|max_steps|num_train_epochs|dataloader_.*|"
     r"eval_.*|per_device_eval_batch_size|do_eval|do_predict|ddp_.*|fsdp.*|deepspeed|accelerator_config|"
     r"per_device_train_batch_size|gradient_accumulation_steps|steps_per_generation|generation_batch_size|"
     r"gradient_checkpointing.*|activation_checkpointing.*|disable_tqdm|num_completions_to_print|local_rank|"
-    r"use_cpu|torch_empty_cache_steps|include_.*|skip_memory_metrics|ignore_data_skip|model_init_kwargs|upstream)$"
+    r"use_cpu|torch_empty_cache_steps|include_.*|skip_memory_metrics|ignore_data_skip|model_init_kwargs|upstream|"
+    r"share_prompts)$"
 )
 
 UNSAFE = "unsafe: "  # how `_unreadable` marks a file a safe load refuses (a pickle that would run code)

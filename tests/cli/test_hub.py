@@ -26,11 +26,13 @@ FINAL_FILES = {
     "chat_template.jinja",
     "config.json",
     "configuration_minimind.py",
+    "feed_forward_minimind.py",
     "generation_config.json",
     "grpo_32.config.json",
     "grpo_32.pth",
     "model.safetensors",
     "modeling_minimind.py",
+    "shared_prefix_minimind.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "training_args.bin",
@@ -184,6 +186,10 @@ def test_push_check_refuses_folders_people_could_not_load(tmp_path):
         check_push_folder(str(policy))
     config["auto_map"]["AutoModelForCausalLM"] = "modeling_minimind.MiniMindForCausalLM"
     (policy / "config.json").write_text(json.dumps(config))
+    assert {"feed_forward_minimind.py", "shared_prefix_minimind.py"} <= set(check_push_folder(str(policy)))
+    os.remove(policy / "shared_prefix_minimind.py")  # imported by modeling_minimind.py: needed to load it
+    with pytest.raises(PushCheckError, match="shared_prefix_minimind.py"):
+        check_push_folder(str(policy))
     os.remove(policy / "modeling_minimind.py")
     with pytest.raises(PushCheckError, match="modeling_minimind.py"):
         check_push_folder(str(policy))

@@ -80,7 +80,9 @@ def test_saved_folders_load_with_remote_code_without_the_package(tmp_path):
             "AutoModel": "modeling_minimind.MiniMindModel",
             "AutoModelForCausalLM": "modeling_minimind.MiniMindForCausalLM",
         }
-        assert (folder / "configuration_minimind.py").is_file() and (folder / "modeling_minimind.py").is_file()
+        shipped = ("configuration_minimind.py", "modeling_minimind.py", "feed_forward_minimind.py",
+                   "shared_prefix_minimind.py")  # fmt: skip
+        assert all((folder / name).is_file() for name in shipped)
 
     input_ids = torch.randint(3, 300, (2, 10), generator=torch.Generator().manual_seed(0))
     attention_mask = torch.ones_like(input_ids)

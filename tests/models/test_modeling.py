@@ -71,9 +71,11 @@ def test_fixture_moe_aux_loss_and_routing(era):
         hook.remove()
     assert torch.equal(torch.stack(chosen), expected["router_topk_idx_nopad"])
 
-    per_layer = []
+    per_layer = []  # each MoE block returns its routing statistics; the loss is taken from them
     hooks = [
-        layer.mlp.register_forward_hook(lambda mod, args, out: per_layer.append(out[1].detach()))
+        layer.mlp.register_forward_hook(
+            lambda mod, args, out: per_layer.append(mod.load_balancing_loss(out[1], input_ids.shape[1]).detach())
+        )
         for layer in model.model.layers
     ]
     model.train()

@@ -220,7 +220,7 @@ def test_dense_variants_have_no_experts_to_dispatch(tester):
     experts implementation is accepted and computes the same."""
     import torch
 
-    from minimind_trl.models.minimind.modeling_minimind import MiniMindExperts
+    from minimind_trl.models.minimind.feed_forward_minimind import MiniMindExperts
 
     config, inputs = tester(None).prepare_config_and_inputs_for_common()
     model = MiniMindForCausalLM(config).eval()

@@ -4,11 +4,13 @@ never half-written, and resumes that cannot continue exactly are refused or expl
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from grpo_fixtures import PROBE_DIR_ENV, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 from safetensors.torch import load_file
 
@@ -131,6 +133,33 @@ def test_resume_after_sigkill_equals_the_uninterrupted_run(runs, monkeypatch):
     assert not (out / STAGING_DIR).exists()
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and [entry["step"] for entry in state["log_history"][:4]] == [1, 2, 3, 4]
+
+
+def test_resume_across_the_prompt_sharing_switch_stays_exact(runs, tmp_path, monkeypatch):
+    """Checkpoint-2 of a run whose log-prob passes computed each prompt once per group (`share_prompts`, the default),
+    resumed with `share_prompts: false`: the uninterrupted run's weights, since sharing changes only the summation
+    order (and a resume may switch it)."""
+    from minimind_trl.models.minimind.modeling_minimind import MiniMindModel
+
+    out = tmp_path / "out"
+    shutil.copytree(runs.killed / "out" / "checkpoint-2", out / "checkpoint-2")
+    recipe = yaml.safe_load(runs.recipe.read_text())
+    recipe.update(output_dir=str(out), share_prompts=False)
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    shared_passes = []
+    forward_shared_prefix = MiniMindModel._forward_shared_prefix
+    monkeypatch.setattr(
+        MiniMindModel,
+        "_forward_shared_prefix",
+        lambda *args, **kwargs: shared_passes.append(1) or forward_shared_prefix(*args, **kwargs),
+    )
+    monkeypatch.setenv(PROBE_DIR_ENV, str(tmp_path))
+    assert main(["--config", str(tmp_path / "recipe.yaml"), "--resume_from_checkpoint", "last"]) == 0
+    assert shared_passes == []
+    straight = load_file(runs.straight / "out" / "model.safetensors")
+    resumed = load_file(out / "model.safetensors")
+    assert max_abs_diff(resumed, straight) <= 1e-6
+    assert max_abs_diff(resumed, load_file(out / "checkpoint-2" / "model.safetensors")) > 1e-3  # steps 3-4 trained
 
 
 def test_resume_in_a_later_epoch_replays_that_epochs_prompt_order(tmp_path, monkeypatch):

@@ -10,8 +10,9 @@ Parameter names equal upstream MiniMind's state-dict keys, so native checkpoints
 The MoE load-balancing loss travels on the outputs (``aux_loss``) of both the backbone and the
 causal LM, so a trainer adds it from the same forward that computes its log-probs.
 
-Like the configuration file, this module is self-contained (no ``minimind_trl`` imports) because
-``save_pretrained`` ships it for ``trust_remote_code=True`` users.
+Like the configuration file and its siblings (``feed_forward_minimind``, ``shared_prefix_minimind``), this module
+imports nothing from ``minimind_trl``, because ``save_pretrained`` ships it and the modules it imports relatively for
+``trust_remote_code=True`` users.
 """
 
 import math
@@ -20,7 +21,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import transformers
@@ -37,10 +37,8 @@ if Version(transformers.__version__).release < (5, 24):
     )
 
 from transformers import initialization as init
-from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
-from transformers.integrations import use_experts_implementation
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import (
     GenericForQuestionAnswering,
@@ -52,12 +50,17 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, MoeCausalLMOu
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_minimind import MINIMIND2, MiniMindConfig
+from .configuration_minimind import MiniMindConfig
+from .feed_forward_minimind import MiniMindMLP, MiniMindSparseMoeBlock
+from .shared_prefix_minimind import PrefixKeysValues, SharedPrefix
+
+logger = logging.get_logger(__name__)
+_CAPTURED = ("hidden_states", "attentions", "router_logits")  # per-layer outputs `capture_outputs` can record
 
 
 @dataclass
@@ -286,6 +289,9 @@ class MiniMindAttention(nn.Module):
 
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+        shared_prefix = kwargs.pop("shared_prefix", None)
+        if shared_prefix is not None:  # a prefix computed once for several rows (MiniMindModel's shared_prefix_length)
+            key_states, value_states = shared_prefix(self.layer_idx, key_states, value_states)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -313,145 +319,9 @@ class MiniMindAttention(nn.Module):
         return self.resid_dropout(self.o_proj(attn_output)), attn_weights
 
 
-class SiluGatedProduct(torch.autograd.Function):
-    """`silu(gate) * up`, keeping only `gate` and `up` for the backward, which recomputes `silu(gate)`: autograd
-    would keep that too, one more `[tokens, intermediate]` tensor per MLP (a quarter of a dense layer's
-    activations). The backward runs autograd's own operations (`grad * up`, `grad * silu(gate)`, `silu_backward`),
-    so values and gradients are the same."""
-
-    @staticmethod
-    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(gate, up)
-        return F.silu(gate) * up
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        gate, up = ctx.saved_tensors
-        grad_gate = torch.ops.aten.silu_backward(grad * up, gate) if ctx.needs_input_grad[0] else None
-        grad_up = grad * F.silu(gate) if ctx.needs_input_grad[1] else None
-        return grad_gate, grad_up
-
-
-class MiniMindMLP(nn.Module):
-    """SwiGLU feed-forward: down(act(gate(x)) * up(x))."""
-
-    def __init__(self, config: MiniMindConfig, intermediate_size: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, config.hidden_size, bias=False)
-        self.act_fn = ACT2FN[config.hidden_act]
-        self.silu_gated = config.hidden_act == "silu"
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_proj(x), self.up_proj(x)
-        if self.silu_gated and torch.is_grad_enabled():  # less activation memory, same arithmetic
-            return self.down_proj(SiluGatedProduct.apply(gate, up))
-        return self.down_proj(self.act_fn(gate) * up)
-
-
-@use_experts_implementation
-class MiniMindExperts(nn.ModuleList):
-    """The routed experts, one SwiGLU MLP each (upstream's parameters `experts.E.{gate,up,down}_proj.weight`), called
-    the way transformers calls experts: `experts(hidden_states, top_k_index, top_k_weights)`, every token's output
-    the weighted sum of its chosen experts' outputs.
-
-    The eager forward (the default, see `MiniMindPreTrainedModel`) is upstream's loop, expert by expert. transformers'
-    `batched_mm` / `grouped_mm` (`experts_implementation=...`) read the weights stacked per expert, `gate_up_proj`
-    [experts, 2 * width, hidden] and `down_proj` [experts, hidden, width], built from the modules at each call; vLLM's
-    transformers backend replaces the whole module with its fused MoE.
-    """
-
-    def __init__(self, config: MiniMindConfig):
-        super().__init__([MiniMindMLP(config, config.moe_intermediate_size) for _ in range(config.num_experts)])
-        self.num_experts = config.num_experts  # (no module attributes: the list's children must be the experts only)
-
-    @property
-    def act_fn(self) -> nn.Module:
-        return self[0].act_fn
-
-    @property
-    def gate_up_proj(self) -> torch.Tensor:
-        return torch.stack([torch.cat([expert.gate_proj.weight, expert.up_proj.weight]) for expert in self])
-
-    @property
-    def down_proj(self) -> torch.Tensor:
-        return torch.stack([expert.down_proj.weight for expert in self])
-
-    def forward(
-        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
-    ) -> torch.Tensor:
-        output = torch.zeros_like(hidden_states)
-        for expert_idx, expert in enumerate(self):
-            token_idx, slot_idx = torch.where(top_k_index == expert_idx)
-            expert_out = expert(hidden_states[token_idx]) * top_k_weights[token_idx, slot_idx, None]
-            output.index_add_(0, token_idx, expert_out.to(output.dtype))
-        return output
-
-
-class MiniMindSparseMoeBlock(nn.Module):
-    """Softmax-gated top-k experts, with each generation's renormalisation, shared experts and aux loss.
-
-    MiniMind2 renormalises the top-k weights only when k > 1, adds shared experts unweighted and uses a
-    per-sequence balancing loss (token-level when `seq_aux=False`); MiniMind-3 always renormalises and uses
-    a token-level loss scaled by the number of experts. In the eager experts every expert runs on every call
-    (possibly on zero tokens) so that data-parallel and ZeRO-3 ranks execute the same modules and all experts get
-    gradients.
-    """
-
-    def __init__(self, config: MiniMindConfig):
-        super().__init__()
-        self.generation = config.minimind_generation
-        self.top_k = config.num_experts_per_tok
-        self.num_experts = config.num_experts
-        self.norm_topk_prob = config.norm_topk_prob
-        self.aux_loss_coef = config.router_aux_loss_coef
-        self.seq_aux = config.seq_aux
-        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = MiniMindExperts(config)
-        if config.n_shared_experts:
-            self.shared_experts = nn.ModuleList(
-                [MiniMindMLP(config, config.intermediate_size) for _ in range(config.n_shared_experts)]
-            )
-
-    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        batch_size, seq_len, hidden_dim = hidden_states.shape
-        flat = hidden_states.reshape(-1, hidden_dim)
-        scores = self.gate(flat).softmax(dim=-1)
-        topk_weight, topk_idx = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
-        if self.norm_topk_prob and (self.top_k > 1 or self.generation != MINIMIND2):
-            topk_weight = topk_weight / (topk_weight.sum(dim=-1, keepdim=True) + 1e-20)
-
-        output = self.experts(flat, topk_idx, topk_weight)
-        for shared_expert in getattr(self, "shared_experts", ()):
-            output = output + shared_expert(flat)
-        output = output.view(batch_size, seq_len, hidden_dim)
-
-        if self.training and self.aux_loss_coef > 0:
-            aux_loss = self._load_balancing_loss(scores, topk_idx, batch_size, seq_len)
-        else:
-            aux_loss = scores.new_zeros((), dtype=torch.float32)
-        return output, aux_loss
-
-    def _load_balancing_loss(self, scores, topk_idx, batch_size: int, seq_len: int) -> torch.Tensor:
-        num_experts, top_k = self.num_experts, self.top_k
-        if self.generation != MINIMIND2:
-            load = F.one_hot(topk_idx, num_experts).float().mean(0)
-            return (load * scores.mean(0)).sum() * num_experts * self.aux_loss_coef
-        if self.seq_aux:
-            counts = torch.zeros(batch_size, num_experts, device=scores.device)
-            counts.scatter_add_(
-                1, topk_idx.view(batch_size, -1), torch.ones(batch_size, seq_len * top_k, device=scores.device)
-            )
-            expert_load = counts.div_(seq_len * top_k / num_experts)
-            mean_scores = scores.view(batch_size, seq_len, num_experts).mean(dim=1)
-            return (expert_load * mean_scores).sum(dim=1).mean() * self.aux_loss_coef
-        load = F.one_hot(topk_idx.view(-1), num_classes=num_experts).float().mean(0)
-        return (scores.mean(0) * load * num_experts).sum() * self.aux_loss_coef
-
-
 class MiniMindDecoderLayer(GradientCheckpointingLayer):
-    """Pre-norm block; returns `(hidden_states, aux_loss)` so the MoE loss survives gradient checkpointing."""
+    """Pre-norm block; returns `(hidden_states, routing)`, the MoE block's `routing_stats` (None for dense layers and
+    in eval), so the load-balancing loss survives gradient checkpointing."""
 
     def __init__(self, config: MiniMindConfig, layer_idx: int):
         super().__init__()
@@ -484,11 +354,10 @@ class MiniMindDecoderLayer(GradientCheckpointingLayer):
 
         residual = hidden_states
         hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
+        routing = None
         if isinstance(hidden_states, tuple):
-            hidden_states, aux_loss = hidden_states
-        else:
-            aux_loss = hidden_states.new_zeros((), dtype=torch.float32)
-        return residual + hidden_states, aux_loss
+            hidden_states, routing = hidden_states
+        return residual + hidden_states, routing
 
 
 class MiniMindPreTrainedModel(PreTrainedModel):
@@ -512,6 +381,12 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         super().__init__(config, *inputs, **kwargs)
         # expert dispatch has data-dependent shapes
         self._can_compile_fullgraph = not config.use_moe
+
+    @classmethod
+    def _can_set_experts_implementation(cls) -> bool:
+        # transformers looks for `@use_experts_implementation` in this module's source; MiniMind's experts carry it in
+        # feed_forward_minimind.py, so answer as transformers' own generic layer classes do
+        return True
 
     def get_correct_experts_implementation(self, requested_experts: str | None) -> str:
         # transformers picks `grouped_mm` when none is asked for; MiniMind keeps upstream's expert loop (its exact
@@ -564,10 +439,28 @@ class MiniMindModel(MiniMindPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        shared_prefix_length: int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MiniMindModelOutputWithPast:
+        r"""
+        shared_prefix_length (`int`, *optional*):
+            Rows whose first `shared_prefix_length` token ids and attention-mask values are equal (GRPO's completions
+            of one prompt) get that prefix computed once (`shared_prefix_minimind`); the outputs, `aux_loss` included,
+            are the plain forward's up to summation order. Where it cannot apply (no two rows share their prefix, a
+            cache, `use_cache`, `inputs_embeds`, explicit positions, dropout in training, reentrant checkpointing,
+            per-layer outputs, attention other than sdpa/eager) the plain forward runs; the log says why, once.
+        """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if shared_prefix_length:
+            unsupported = self._unshareable_call(
+                shared_prefix_length, input_ids, attention_mask, position_ids, cache, use_cache, kwargs
+            )
+            prefix = None if unsupported else SharedPrefix.find(input_ids, attention_mask, shared_prefix_length)
+            if prefix is not None:
+                return self._forward_shared_prefix(input_ids, attention_mask, prefix, **kwargs)
+            reason = unsupported or "no two rows of a batch share their prefix ids and mask"
+            logger.info_once(f"shared_prefix_length: prefixes computed row by row ({reason}); said once")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         if use_cache and cache is None:
@@ -585,30 +478,106 @@ class MiniMindModel(MiniMindPreTrainedModel):
             )
         else:
             causal_mask = causal_mask["full_attention"]
-        causal_mask = shared_additive_mask(self.config, causal_mask)
+        hidden_states, routing = self._decoder_stack(
+            self.dropout(inputs_embeds), causal_mask, position_ids, cache=cache, use_cache=use_cache, **kwargs
+        )
+        return MiniMindModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            cache=cache if use_cache else None,
+            aux_loss=self._aux_loss(routing, inputs_embeds.shape[1], hidden_states.device),
+        )
 
-        hidden_states = self.dropout(inputs_embeds)
+    def _decoder_stack(self, hidden_states, causal_mask, position_ids, **kwargs):
+        """The decoder layers and the final norm: the hidden states and each layer's MoE routing statistics."""
+        causal_mask = shared_additive_mask(self.config, causal_mask)
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        # like Mixtral/Qwen3-MoE, no aux loss unless there is one to train: upstream's is 0 for dense models and in eval
-        wants_aux_loss = self.config.use_moe and self.training
-        aux_loss = torch.zeros((), dtype=torch.float32, device=hidden_states.device) if wants_aux_loss else None
+        routing = []
         for decoder_layer in self.layers[: self.config.num_hidden_layers]:
-            hidden_states, layer_aux_loss = decoder_layer(
+            hidden_states, layer_routing = decoder_layer(
                 hidden_states,
                 attention_mask=causal_mask,
                 position_embeddings=position_embeddings,
                 position_ids=position_ids,
-                cache=cache,
-                use_cache=use_cache,
                 **kwargs,
             )
-            if wants_aux_loss:
-                aux_loss = aux_loss + layer_aux_loss
-        hidden_states = self.norm(hidden_states)
+            routing.append(layer_routing)
+        return self.norm(hidden_states), routing
+
+    def _aux_loss(self, routing: list, seq_len: int, device) -> torch.Tensor | None:
+        """The MoE load-balancing loss of rows of `seq_len` tokens, summed over the layers. Like Mixtral/Qwen3-MoE,
+        none unless there is one to train: upstream's is 0 for dense models and in eval."""
+        if not (self.config.use_moe and self.training):
+            return None
+        aux_loss = torch.zeros((), dtype=torch.float32, device=device)
+        for layer, layer_routing in zip(self.layers, routing):
+            if layer_routing is not None:
+                aux_loss = aux_loss + layer.mlp.load_balancing_loss(layer_routing, seq_len)
+        return aux_loss
+
+    def _unshareable_call(self, length, input_ids, attention_mask, position_ids, cache, use_cache, kwargs):
+        """Why a call asking for `shared_prefix_length` runs the plain forward instead (a string), or None."""
+        config = self.config
+        reentrant = [
+            layer._gradient_checkpointing_func
+            for layer in self.layers
+            if layer.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        ]
+        if input_ids is None or attention_mask is None or attention_mask.ndim != 2:
+            return "it needs input_ids and a 2D attention mask"
+        if not 0 < length < input_ids.shape[1]:
+            return f"a prefix of {length} tokens leaves no suffix in rows of {input_ids.shape[1]}"
+        if cache is not None or use_cache or position_ids is not None:
+            return "not with a cache, use_cache or explicit position_ids"
+        if config._attn_implementation not in ("sdpa", "eager"):
+            return f"attention {config._attn_implementation!r}: sdpa and eager only"
+        if config._attn_implementation == "eager" and config.use_moe and self.training:
+            if not attention_mask[:, :length].all():  # eager's padded queries attend evenly to every key of the pass
+                return "eager attention: left padding's routing, which the MoE loss counts, depends on the rows' ends"
+        if self.training and (config.dropout or config.attention_dropout):
+            return "dropout in training would draw one mask per prefix instead of one per row"
+        if any(getattr(func, "keywords", {}).get("use_reentrant", True) for func in reentrant):
+            return "reentrant activation checkpointing would not differentiate the prefix's keys and values"
+        if any(kwargs.get(f"output_{k}", getattr(config, f"output_{k}", False)) for k in _CAPTURED):
+            return "per-layer outputs (hidden states, attentions, router logits) were asked for"
+        return None
+
+    def _forward_shared_prefix(self, input_ids, attention_mask, prefix: SharedPrefix, **kwargs):
+        """The prefix pass over one row per distinct prefix, then the rest of every row attending to its prefix's
+        keys and values. Masks and positions are the plain forward's, cut to each pass."""
+        length, (count, total) = prefix.length, input_ids.shape
+        weight = self.embed_tokens.weight
+        position_ids = self._position_ids(input_ids, attention_mask, None)
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=weight.new_empty(()).expand(count, total, weight.shape[1]),  # shape and dtype only
+            attention_mask=attention_mask,
+            cache=None,
+            position_ids=position_ids,
+            allow_is_causal_skip=False,
+        )
+        kwargs["use_cache"] = False
+        rows = prefix.rows
+        keys_values = PrefixKeysValues(prefix)
+        prefix_states, prefix_routing = self._decoder_stack(
+            self.embed_tokens(input_ids[rows, :length]),
+            causal_mask[rows, :, :length, :length],
+            position_ids[rows, :length],
+            shared_prefix=keys_values,
+            **kwargs,
+        )
+        suffix_states, suffix_routing = self._decoder_stack(
+            self.embed_tokens(input_ids[:, length:]),
+            causal_mask[:, :, length:, :],
+            position_ids[:, length:],
+            shared_prefix=keys_values.reader(),
+            **kwargs,
+        )
+        routing = [
+            None if p is None else prefix.per_row(p) + s for p, s in zip(prefix_routing, suffix_routing, strict=True)
+        ]
         return MiniMindModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            cache=cache if use_cache else None,
-            aux_loss=aux_loss,
+            last_hidden_state=torch.cat([prefix.per_row(prefix_states), suffix_states], dim=1),
+            aux_loss=self._aux_loss(routing, total, suffix_states.device),
         )
 
     @staticmethod
