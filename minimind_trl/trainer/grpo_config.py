@@ -11,12 +11,12 @@ from trl import GRPOConfig
 
 from ..errors import RecipeError, RewardSpecError
 from ..generations import TRAINING, UPSTREAMS, get_generation, render_generations_table
-from .advantages import ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES
+from .advantages import TRL_ADVANTAGES
 from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
-from .loss_aggregation import LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION, effective_loss_aggregation
-from .policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES, loss_option_problems
-from .seam_choice import resolve_seam_names
+from .loss_aggregation import effective_loss_aggregation
+from .policy_losses import loss_option_problems
+from .seam_choice import check_seam_choices
 
 SAMPLING_WEIGHTS_DTYPES = ("auto", "bfloat16", "float16")  # or None
 
@@ -330,46 +330,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         self._choose_precision()
         super().__post_init__()
 
-        resolve_seam_names(self)  # `package.module:function` values imported and registered before the checks
-        estimators = (TRL_ADVANTAGES, *ADVANTAGE_ESTIMATORS)
-        if self.advantage_estimator not in estimators:
-            raise ValueError(f"advantage_estimator must be one of {estimators}, got {self.advantage_estimator!r}.")
-        if self.advantage_estimator != TRL_ADVANTAGES:
-            if self.scale_rewards != "group":
-                raise ValueError(
-                    f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator="
-                    f"{self.advantage_estimator!r} (a registered estimator computes the advantages from the "
-                    "rewards). Use advantage_estimator='trl' for TRL's scaling."
-                )
-            if self.multi_objective_aggregation != "sum_then_normalize":
-                raise ValueError(
-                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} has no effect with "
-                    f"advantage_estimator={self.advantage_estimator!r}, which normalises the weighted sum of the "
-                    "rewards. Use advantage_estimator='trl' for TRL's aggregation."
-                )
-        if self.loss_type not in TRL_LOSS_TYPES and self.loss_type not in POLICY_LOSSES:
-            raise ValueError(
-                f"loss_type must be one of TRL's {TRL_LOSS_TYPES} or a registered policy loss "
-                f"{tuple(POLICY_LOSSES)}, got {self.loss_type!r}."
-            )
-        if self.loss_aggregation is not None:
-            if self.loss_type in TRL_LOSS_TYPES:
-                raise ValueError(
-                    f"loss_aggregation={self.loss_aggregation!r} has no effect with TRL's loss_type "
-                    f"{self.loss_type!r}, which aggregates as {TRL_LOSS_AGGREGATION[self.loss_type]!r}; leave it unset "
-                    "(or pick a registered loss_type such as 'minimind3_cispo')."
-                )
-            if self.loss_aggregation not in LOSS_AGGREGATIONS:
-                raise ValueError(
-                    f"loss_aggregation must be one of {tuple(LOSS_AGGREGATIONS)}, got {self.loss_aggregation!r}."
-                )
-        if self.use_vllm and self.loss_type not in TRL_LOSS_TYPES and self.vllm_importance_sampling_correction:
-            raise RecipeError(
-                f"loss_type {self.loss_type} with use_vllm: its ratio takes vLLM's own log-probs as the old ones (as "
-                "upstream MiniMind-3 takes SGLang's), so it already weighs every token by how vLLM sampled it; TRL's "
-                "vllm_importance_sampling_correction would weigh it twice. Set vllm_importance_sampling_correction: "
-                "false."
-            )
+        check_seam_choices(self)  # after `package.module:function` values are imported and registered
         problems = loss_option_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
