@@ -48,7 +48,7 @@ from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss
 from .policy_losses import upto_first_eos_mask
 from .seam_choice import seam_rows, seam_run_identity
 from .prompt_sharing import shares_prompts, with_shared_prompt
-from .trl_overrides import reference_copy, trl_init_overrides
+from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
 from .vllm_rollouts import (
     check_server_logprobs_mode,
     check_vllm_policy,
@@ -109,6 +109,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         with trl_init_overrides(scoring_temperature, reference, colocated_engine_kwargs(args)):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
         check_extras(args, after_trl)
+        completions_as_text(self)  # MiniMind's rewards score the whole decoded completion (see trl_overrides)
         if self.use_vllm:
             reload_layerwise_on_cpu(self.vllm_generation)
         uses_vllm_logprobs = args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES

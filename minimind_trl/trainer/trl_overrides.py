@@ -108,4 +108,23 @@ def _grpo_overrides(scoring_temperature: float, reference_model: torch.nn.Module
         raise RuntimeError("GRPOTrainer did not build a reference model; the in-memory reference copy was unused")
 
 
-__all__ = ["reference_copy", "trl_init_overrides"]
+def completions_as_text(trainer) -> None:
+    """Reward functions get each completion's decoded text unless the run uses tools.
+
+    Every MiniMind tokenizer carries MiniMind's response template (so `tools=` and `environment_factory` work), and
+    TRL parses completions with any template it finds: the thought moves to `reasoning_content`, and a MiniMind
+    reward, which scores the whole text as upstream's does, loses it (the rules demo's format reward fell from
+    0.79 to 0.33 at its first steps). Without tools or environments the trainer parses with a copy of the tokenizer
+    that has no template, so completions are decoded as TRL decodes them for any tokenizer without one; with tools,
+    TRL's parsed messages (and their calls) as in stock TRL. The tokenizer saved with the model keeps its template.
+    """
+    if trainer.tools or getattr(trainer, "environment_factories", None) is not None:
+        return
+    if getattr(trainer._tokenizer, "response_template", None) is None:
+        return
+    plain = copy.copy(trainer._tokenizer)
+    plain.response_template = None
+    trainer._tokenizer = plain
+
+
+__all__ = ["completions_as_text", "reference_copy", "trl_init_overrides"]
