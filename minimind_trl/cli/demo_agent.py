@@ -213,7 +213,7 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     from ..agent.tools import load_toolbox
     from ..models.minimind import MiniMindForCausalLM
     from .build import build_trainer
-    from .demo import prepare_output_dir
+    from .demo_output_dir import prepare_output_dir
     from .demo_model import DemoModel, build_model, quiet_libraries, save_folder, save_interrupted
     from .demo_progress import DemoProgress, plot_reward_curve
     from .grpo import run
