@@ -16,16 +16,7 @@ import re
 
 from ..prompt_rendering import SYSTEM_PROMPTS, keyed_uniform
 from ..rewards.minimind3_rewards import reward_model_messages, split_thinking
-from .demo_reward_model import (
-    CJK,
-    MIXED_REJECTED,
-    TAGS,
-    Fragments,
-    PairLayout,
-    answer_pair,
-    language_matches,
-    mixed_answer,
-)
+from .demo_reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches
 
 THINK_CLOSE = "</think>"
 EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", re.DOTALL)
@@ -33,6 +24,11 @@ EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", 
 # 20 % (system_prompt_ratio) so that the folded form (`system: ...`, upstream's separator, the question) is learnt
 # too.
 PAIRS_SYSTEM_RATIO = 0.5
+# Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them, the
+# policy of a first version (seed 42) answered every question "苹果是apple", which that reward model scored high
+# for English questions too (the seed's pairs never mix; MiniMind-3's term, seeing only the short answer, is
+# easier to game).
+PAIRS_MIXED_RATIO = 0.3
 
 
 def answer_text(completion: str) -> str:
@@ -92,14 +88,16 @@ def conversation(question: str, answer: str, system_prompt: str | None) -> list[
 def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int) -> list[tuple]:
     """`count` (question, chosen answer, rejected answer, system prompt or None) tuples: the answers of the seed's
     pairs (`answer_pair`), without the think part MiniMind-3's term never shows the reward model, and for English
-    questions also rejected answers that mix in Chinese (`demo_reward_model.MIXED_REJECTED`)."""
+    questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`)."""
     rng = random.Random(seed)
     pairs = []
     while len(pairs) < count:
         question = rng.choice(questions)
         chosen, rejected = answer_pair(rng, question, fragments)
-        if not CJK.search(question) and rng.random() < MIXED_REJECTED:
-            rejected = mixed_answer(rng, fragments)
+        if not CJK.search(question) and rng.random() < PAIRS_MIXED_RATIO:
+            pieces = [fragments.text(rng, "en", rng.randint(1, 3)), fragments.text(rng, "zh", rng.randint(1, 2))]
+            rng.shuffle(pieces)
+            rejected = rng.choice(("", " ")).join(pieces)
         system_prompt = rng.choice(SYSTEM_PROMPTS) if rng.random() < PAIRS_SYSTEM_RATIO else None
         if language_matches(question, TAGS.sub(" ", chosen).strip()) and not language_matches(
             question, TAGS.sub(" ", rejected).strip()

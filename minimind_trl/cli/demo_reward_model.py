@@ -107,11 +107,6 @@ class Fragments:
 
 # What a tiny policy puts into an answer besides words: stray tags, newlines, a broken UTF-8 character (its
 # byte-level tokens can end mid-character), punctuation. None of it is language; the property ignores it.
-THINK_DECOYS = 0.4  # share of the pairs with a think block whose rejected completion thinks in the question's language
-# Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them, a
-# policy answered every question alike with a mix ("苹果是apple" on MiniMind-3's demo, "水是water" on the seed's, seed
-# 3), which those reward models scored high for English questions too.
-MIXED_REJECTED = 0.3
 JUNK = ("<answer>", "<think>", "</think>", "\n", "\ufffd", "。", ".", " ", '"', "=")
 
 
@@ -136,38 +131,21 @@ def answer_pair(rng: random.Random, question: str, fragments: Fragments) -> tupl
     return chosen, rejected
 
 
-def mixed_answer(rng: random.Random, fragments: Fragments) -> str:
-    """An English answer with Chinese mixed in (in either order): wrong for an English question."""
-    pieces = [fragments.text(rng, "en", rng.randint(1, 3)), fragments.text(rng, "zh", rng.randint(1, 2))]
-    rng.shuffle(pieces)
-    return rng.choice(("", " ")).join(pieces)
-
-
 def make_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[str, str]:
-    """(chosen, rejected) completions for `question` with the same layout: the chosen answer is in the question's
-    language, the rejected one in the other language, only numbers/punctuation, or junk (tags, newlines, broken
-    characters: what the policy found to exploit a reward model trained without them). Both may carry junk around
-    the words. Most share their think text; in `THINK_DECOYS` of them the rejected one thinks in the question's
-    language and the chosen one in the other: a first version whose pairs always shared it scored a thought in the
-    question's language above the answer (seed 42: "<think>西红柿是红色的</think><answer>The</answer>" +2.9 for a
-    Chinese question, "<think>The</think><answer>白色</answer>" -0.9), and a policy that learnt the layout answered
-    every question alike. For English questions `MIXED_REJECTED` of the rejected answers mix in Chinese."""
+    """(chosen, rejected) completions for `question` with the same layout and think text: the chosen answer is in
+    the question's language, the rejected one in the other language, only numbers/punctuation, or junk (tags,
+    newlines, broken characters: what the policy found to exploit a reward model trained without them). Both may
+    carry junk around the words."""
     chosen, rejected = answer_pair(rng, question, fragments)
-    if not CJK.search(question) and rng.random() < MIXED_REJECTED:
-        rejected = mixed_answer(rng, fragments)
     layout = rng.random()
     if layout < 0.3:  # answer-only conversations: what the 0.6 answer term scores
         return chosen, rejected
-    chosen_think = rejected_think = fragments.noise(rng, rng.randint(0, 5))
-    if rng.random() < THINK_DECOYS:
-        own = "zh" if CJK.search(question) else "en"
-        rejected_think = fragments.text(rng, own, rng.randint(1, 5))
-        chosen_think = fragments.text(rng, "en" if own == "zh" else "zh", rng.randint(1, 5))
+    think = fragments.noise(rng, rng.randint(0, 5))
     tags = ("<think>\n{t}\n</think>\n<answer>\n{a}\n</answer>" if layout < 0.8 else
             rng.choice(["<think>\n{t}\n<answer>\n{a}\n</answer>",
                         "<think>\n{t}</think>\n<answer>\n{a}</answer>\n</answer>",
                         "{t}\n<answer>\n{a}\n</answer>", "<think>\n{t}\n</think>\n{a}"]))
-    return tags.format(t=chosen_think, a=chosen), tags.format(t=rejected_think, a=rejected)
+    return tags.format(t=think, a=chosen), tags.format(t=think, a=rejected)
 
 
 def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int) -> list[tuple[str, str, str]]:

@@ -435,28 +435,16 @@ def test_content_property_reads_the_answer_without_tags():
 
 
 def test_preference_pairs_differ_in_the_property_only():
-    from minimind_trl.cli.demo_reward_model import (
-        THINK_DECOYS,
-        Fragments,
-        bundled_texts,
-        in_question_language,
-        language_matches,
-        make_pairs,
-    )
+    from minimind_trl.cli.demo_reward_model import Fragments, bundled_texts, in_question_language, make_pairs
 
     train, _, texts = bundled_texts()
-    pairs = make_pairs(train, Fragments.from_texts(texts), 400, seed=0)
-    assert len(pairs) == 400
-    decoys = 0
+    pairs = make_pairs(train, Fragments.from_texts(texts), 200, seed=0)
+    assert len(pairs) == 200
     for question, chosen, rejected in pairs:
         assert in_question_language(question, chosen) and not in_question_language(question, rejected)
-        # same layout; the think text is the same, or the rejected one thinks in the question's language and the
-        # chosen one does not (the answer decides, not the thought)
-        if chosen.startswith("<think>\n") and chosen.split("\n")[1] != rejected.split("\n")[1]:
-            decoys += 1
-            assert language_matches(question, rejected.split("\n")[1])
-            assert not language_matches(question, chosen.split("\n")[1])
-    assert 0.5 * THINK_DECOYS * 0.7 * len(pairs) < decoys < 1.5 * THINK_DECOYS * 0.7 * len(pairs)
+        # same layout and think text: only the answer (and the junk around it) differs
+        if chosen.startswith("<think>\n"):
+            assert chosen.split("\n")[1] == rejected.split("\n")[1]  # the think line
 
 
 @pytest.mark.slow
