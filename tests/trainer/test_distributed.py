@@ -220,9 +220,9 @@ if rank == 0:
 """
 
 
-def seed_rank_loss(policy, reference, batch, beta):
-    """Upstream's loss for one rank's micro-batch, from the trainer's own inputs (prompt mask kept: the documented
-    deviation; this rank's prompts are one prompt, so unpadded anyway)."""
+def rank_logps_and_k3(policy, reference, batch):
+    """One rank's per-token log-probs under the policy (with gradient) and the k3 KL to the reference, from the
+    trainer's own inputs (prompt mask kept)."""
     import torch
 
     n_keep = batch["completion_ids"].size(1)
@@ -238,6 +238,15 @@ def seed_rank_loss(policy, reference, batch, beta):
         ref_per_token_logps = logps(reference)
     kl = ref_per_token_logps - per_token_logps
     per_token_kl = torch.exp(kl) - kl - 1
+    return per_token_logps, per_token_kl
+
+
+def seed_rank_loss(policy, reference, batch, beta):
+    """Upstream's loss for one rank's micro-batch, from the trainer's own inputs (prompt mask kept: the documented
+    deviation; this rank's prompts are one prompt, so unpadded anyway)."""
+    import torch
+
+    per_token_logps, per_token_kl = rank_logps_and_k3(policy, reference, batch)
     advantages = batch["advantages"].unsqueeze(1)
     per_token_loss = -(torch.exp(per_token_logps - per_token_logps.detach()) * advantages - beta * per_token_kl)
     mask = batch["completion_mask"]
@@ -247,21 +256,8 @@ def seed_rank_loss(policy, reference, batch, beta):
 def minimind3_rank_loss(policy, reference, batch, beta):
     """MiniMind-3's CISPO loss for one rank's micro-batch, from the fixture README's formulas: on-policy, so the
     capped ratio is 1 and the loss is -(A * logp - beta * k3), each completion's masked mean, then the mean."""
-    import torch
 
-    n_keep = batch["completion_ids"].size(1)
-    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-    attention_mask = torch.cat([batch["prompt_mask"], torch.ones_like(batch["completion_mask"])], dim=1)
-
-    def logps(model):
-        logits = model(input_ids, attention_mask=attention_mask, logits_to_keep=n_keep + 1).logits[:, :-1]
-        return torch.gather(logits.log_softmax(-1), 2, input_ids[:, -n_keep:, None]).squeeze(-1)
-
-    per_token_logps = logps(policy)
-    with torch.no_grad():
-        ref_per_token_logps = logps(reference)
-    kl = ref_per_token_logps - per_token_logps
-    per_token_kl = torch.exp(kl) - kl - 1
+    per_token_logps, per_token_kl = rank_logps_and_k3(policy, reference, batch)
     per_token_loss = -(batch["advantages"].unsqueeze(1) * per_token_logps - beta * per_token_kl)
     mask = batch["completion_mask"]
     return ((per_token_loss * mask).sum(dim=1) / mask.sum(dim=1)).mean()
