@@ -350,3 +350,15 @@ def saved_registries():
                 table.update(content)
 
     return restoring()
+
+
+# A tool in TRL's `tools=` convention (type hints, Google-style docstring), as TRL's own tests write it.
+def multiply(a: int, b: int) -> int:
+    """
+    Multiply two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a * b

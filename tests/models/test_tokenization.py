@@ -13,6 +13,7 @@ from minimind_trl.models.minimind.tokenization_minimind import (
     portable_tokenizer,
     writes_minimind_tool_calls,
 )
+from grpo_fixtures import multiply
 
 CONVERSATIONS = [
     [{"role": "user", "content": "中国的首都是哪里？"}],
@@ -119,17 +120,6 @@ def test_built_minimind3_tokenizer_has_think_tags_only_and_no_default_system_tur
 
 
 # --------------------------------------------------------------------------- tool calls (TRL's tool loop)
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiply two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return a * b
 
 
 TOOL_CALL = {"type": "function", "function": {"name": "multiply", "arguments": {"a": 3, "b": 4}}}

@@ -10,20 +10,10 @@ from minimind_trl.models.minimind.tokenization_minimind import build_minimind_to
 from minimind_trl.trainer import MiniMindGRPOTrainer
 
 from test_trainer import grpo_config, tiny_model
+from grpo_fixtures import multiply
 
 CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 3, "b": 4}}\n</tool_call>'
 ANSWER = "3 times 4 is 12."
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiply two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return a * b
 
 
 class ScriptedTurns(MiniMindGRPOTrainer):

@@ -7,17 +7,7 @@ from conftest import FIXTURES, require_shared
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
 from minimind_trl.models.minimind.tokenization_minimind import MINIMIND_RESPONSE_TEMPLATE
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiply two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return a * b
+from grpo_fixtures import multiply
 
 
 def test_tools_work_with_an_upstream_tokenizer_loaded_as_it_is(tmp_path):
