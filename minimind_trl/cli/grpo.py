@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno not in DISK_ERRORS:
             raise
         raise OutputDirError(f"cannot write the run's output: {os_error_line(exc)}") from exc
-    if hasattr(trainer, "end"):  # transformers >= 5.18: close the trackers and the process group
-        trainer.end()
+    trainer.end()  # the trackers, the process group and a colocated vLLM engine
     return 0
 
 

@@ -54,6 +54,7 @@ from .vllm_rollouts import (
     check_vllm_policy,
     colocated_engine_kwargs,
     reload_layerwise_on_cpu,
+    shut_down_engine,
 )
 
 
@@ -411,6 +412,14 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             return
         section = render_run_section(self.run_card, self.state.log_history, self.hub_model_id)
         extend_model_card(os.path.join(self.args.output_dir, "README.md"), section, self.run_card.base_model)
+
+    def end(self):
+        """transformers' end of a script (trackers, process group), after stopping a colocated vLLM engine, which
+        must tear down its process groups while the default one still exists (see `vllm_rollouts`)."""
+        llm = getattr(getattr(self, "vllm_generation", None), "llm", None)
+        if llm is not None:
+            shut_down_engine(llm)
+        super().end()
 
 
 __all__ = ["MiniMindGRPOConfig", "MiniMindGRPOTrainer", "minimind_advantages"]

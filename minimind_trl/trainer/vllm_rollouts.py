@@ -14,6 +14,11 @@
 * On CPU, vLLM packs each linear layer's weights for its GEMM kernels once they are loaded and drops the unpacked
   parameter, so TRL's colocated weight sync (`load_weights`, one tensor at a time) would find nothing to write to.
   vLLM's layerwise reload (restore the layers, load, pack again) wraps the sync there (`reload_layerwise_on_cpu`).
+* A colocated engine is stopped by `MiniMindGRPOTrainer.end()` (`shut_down_engine`) before transformers destroys the
+  process group. Left to vLLM's exit-time finalizer, the engine tears down its own groups after the default one is
+  gone (a `ValueError: Invalid process group specified` traceback after every finished run); a standalone
+  multiprocess engine left there can abort the exit (its monitor thread races the interpreter's shutdown:
+  `terminate called without an active exception`, exit -6, seen once in CI's vLLM tests).
 """
 
 import torch
@@ -99,6 +104,12 @@ def reload_layerwise_on_cpu(vllm_generation) -> None:
     vllm_generation.sync_weights = sync_weights
 
 
+def shut_down_engine(llm) -> None:
+    """Stop a `vllm.LLM`'s engine (its engine-core process and the threads that watch it) while the interpreter is
+    whole. Stopping it detaches vLLM's own exit-time finalizer, so nothing is left for the exit to race."""
+    llm.llm_engine.engine_core.shutdown()
+
+
 def repack_cpu_moe_experts(model) -> None:
     """vLLM 0.32's MoE layers, processed again on a weight update, copy the new expert weights into place unpacked
     but pack them for the CPU kernel only at the first load (`UnquantizedFusedMoEMethod._setup_kernel`): pack them
@@ -126,4 +137,5 @@ __all__ = [
     "logprobs_mode",
     "reload_layerwise_on_cpu",
     "rollout_dtype",
+    "shut_down_engine",
 ]

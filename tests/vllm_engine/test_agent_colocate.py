@@ -25,6 +25,7 @@ def test_agent_recipe_trains_with_vllm_rollouts(result):
         assert all(math.isfinite(value) for value in terms) and entry["reward"] == pytest.approx(sum(terms), abs=1e-5)
         assert entry["agent/turns"] > 1.0 and entry["agent/tool_calls"] > 0.0 and math.isfinite(entry["loss"])
     assert result["max_trained_turns"] >= 2  # a rollout trained its scripted call and vLLM's next turn
+    assert result["engine_left_for_exit"] is False, "trainer.end() left vLLM's engine running for the exit to race"
 
 
 def test_vllms_log_probs_are_the_old_ones(result):

@@ -30,6 +30,7 @@ def test_three_steps_with_the_weight_sync_checked(runs, variant):
     assert result["engine"] == {"dtype": "float32" if precision == "fp32" else "bfloat16",
                                 "logprobs_mode": "raw_logprobs", "architecture": architecture}  # fmt: skip
     assert result["global_step"] == 3 and result["syncs"] >= 3
+    assert result["engine_left_for_exit"] is False, "trainer.end() left vLLM's engine running for the exit to race"
     sync = result["sync"]
     assert sync["unsynced_vllm_params"] == [], "the sync did not reach every vLLM tensor"
     assert sync["compared_params"], "no tensor was compared"
@@ -65,7 +66,7 @@ def test_a_resume_rolls_out_from_the_checkpoint(runs):
     workdir, first = runs["minimind2-dense"]
     assert first["checkpoints"] == ["checkpoint-2", "checkpoint-3"]
     result = run_scenario("resume", workdir, "minimind2-dense")
-    assert result["global_step"] == 3
+    assert result["global_step"] == 3 and result["engine_left_for_exit"] is False
     first_sync = result["first_sync_after_resume"]
     assert first_sync["vs_checkpoint"] < 1e-4
     assert first_sync["vs_folder"] > 0.05, "checkpoint-2 equals the folder: the check proves nothing"

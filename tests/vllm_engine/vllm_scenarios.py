@@ -107,6 +107,14 @@ def parity(llm, model, tokenizer) -> dict:
     }
 
 
+def ended(trainer) -> bool:
+    """`trainer.end()` (what `minimind-trl grpo` calls last), then whether the engine was still left for vLLM's
+    exit-time finalizer to stop (its in-process and multiprocess clients both detach it when stopped)."""
+    llm = trainer.vllm_generation.llm
+    trainer.end()
+    return llm.llm_engine.engine_core._finalizer.alive
+
+
 def write(workdir: Path, name: str, result: dict) -> None:
     (workdir / f"{name}.json").write_text(json.dumps(result, indent=2))
 
@@ -118,6 +126,7 @@ def scenario_exports(workdir: Path) -> dict:
     from vllm import LLM
 
     from minimind_trl.conversion.export import export_hf
+    from minimind_trl.trainer.vllm_rollouts import shut_down_engine
 
     result = {}
     for variant, fmt in EXPORT_FORMATS.items():
@@ -125,7 +134,7 @@ def scenario_exports(workdir: Path) -> dict:
         export_hf(model, workdir / f"{variant}-{fmt}", fmt, tokenizer=tokenizer)
         llm = LLM(model=str(workdir / f"{variant}-{fmt}"), dtype="float32", max_model_len=MAX_MODEL_LEN, seed=0)
         result[fmt] = {"architecture": llm.model_config.architecture, **parity(llm, model, tokenizer)}
-        del llm
+        shut_down_engine(llm)
     build_folder(workdir / "minimind2-moe", "minimind2-moe")
     try:
         LLM(model=str(workdir / "minimind2-moe"), dtype="float32", max_model_len=MAX_MODEL_LEN)
@@ -144,16 +153,19 @@ def scenario_transformers_backend(workdir: Path) -> dict:
     build_folder(folder, "minimind3-moe")
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+    from minimind_trl.trainer.vllm_rollouts import shut_down_engine
 
     llm = LLM(model=str(folder), dtype="float32", max_model_len=MAX_MODEL_LEN, model_impl="transformers",
               trust_remote_code=True, seed=0)  # fmt: skip
     from vllm.transformers_utils.config import get_config_parser
 
-    return {
+    result = {
         "hf_config_parser": type(get_config_parser("hf")).__name__,
         "architecture": llm.model_config.architecture,
         **parity(llm, model, build_minimind_tokenizer()),
     }
+    shut_down_engine(llm)
+    return result
 
 
 # --------------------------------------------------------------------------- GRPO
@@ -306,6 +318,7 @@ def scenario_colocate(workdir: Path, variant: str, precision: str, *options: str
     result["registered_old_vs_sampling_max_diff"] = inputs_probe.old_vs_sampling
     result["sync"] = sync_report(trainer, sync_probe, base_model, tokenizer, precision)
     result["checkpoints"] = sorted(p.name for p in (workdir / "run").glob("checkpoint-*"))
+    result["engine_left_for_exit"] = ended(trainer)
     return result
 
 
@@ -337,7 +350,8 @@ def scenario_resume(workdir: Path, variant: str) -> dict:
 
     trainer.vllm_generation.sync_weights = sync_and_look
     trainer.train(resume_from_checkpoint=str(checkpoint))
-    return {"global_step": trainer.state.global_step, "first_sync_after_resume": first_sync}
+    return {"global_step": trainer.state.global_step, "first_sync_after_resume": first_sync,
+            "engine_left_for_exit": ended(trainer)}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- server
@@ -474,6 +488,7 @@ def scenario_agent(workdir: Path) -> dict:
         "scripted_tokens": probe.fallback_tokens,
         "old_vs_sampling_max_diff": probe.old_vs_sampling,
         "sampling_vs_trainer_max_diff": probe.sampling_vs_trainer,
+        "engine_left_for_exit": ended(trainer),
     }
 
 
