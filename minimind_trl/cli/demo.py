@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .demo_output_dir import DEMO_OUTPUTS, RUN_MARKER, prepare_output_dir  # noqa: F401  (demo.<name> for tests)
 from . import demo_minimind3
+from .demo_progress import quieted
 from .demo_model import (
     FORMAT_EXAMPLES_FILE,
     PROMPTS_FILE,
@@ -217,7 +218,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     sometimes samples the layout (as the seed starts from an SFT'd reasoning model) but mostly does not. `steps`
     runs exactly that many."""
     from datasets import Dataset
-    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
 
     from .recipe import resolve_recipe
@@ -243,8 +244,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     trainer = SFTTrainer(
         model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer, callbacks=[StopAtLayoutShare()]
     )
-    for callback in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(callback)
+    quieted(trainer)
     trainer.train()
     return WarmStart(
         trainer.state.global_step, shares[-1] if shares else None, stop_args.target_layout_share, variant.layout_name
@@ -258,7 +258,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
 
 def run_demo(args: argparse.Namespace) -> int:
     import torch
-    from transformers import PrinterCallback, ProgressCallback, set_seed
+    from transformers import set_seed
 
     from .demo_held_out import held_out_terms, sample_held_out
     from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, weighted_names, write_summary
@@ -331,8 +331,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     progress = DemoProgress(output_dir / "metrics.jsonl")
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
-    for callback in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(callback)
+    quieted(trainer)
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import demo_agent_task as task
-from .demo_progress import reward_windows
+from .demo_progress import quieted, reward_windows
 
 AGENT_RECIPE = "demo/agent.yaml"
 AGENT_WARM_START_RECIPE = "demo/agent_warm_start.yaml"
@@ -87,7 +87,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
     `target_copy_share` of the probe's transcripts (at least `min_steps`, at most `max_steps`): copying is learnt
     in a sudden jump whose step depends on the seed. `steps` runs exactly that many."""
     from datasets import Dataset
-    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
 
     from .recipe import resolve_recipe
@@ -109,8 +109,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
 
     trainer = SFTTrainer(model=model, args=sft_args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          callbacks=[StopWhenCopying()])  # fmt: skip
-    for callback in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(callback)
+    quieted(trainer)
     trainer.train()
     return AgentWarmStart(trainer.state.global_step, stop.call_share, shares[-1] if shares else None,
                           stop.target_copy_share)
@@ -208,7 +207,7 @@ def report_lines(summary: dict, grpo_seconds: float, before: dict, after: dict, 
 
 def run_agent_demo(args: argparse.Namespace) -> int:
     import torch
-    from transformers import PrinterCallback, ProgressCallback, set_seed
+    from transformers import set_seed
 
     from ..agent.tools import load_toolbox
     from ..models.minimind import MiniMindForCausalLM
@@ -268,8 +267,7 @@ def run_agent_demo(args: argparse.Namespace) -> int:
 
     progress = DemoProgress(output_dir / "metrics.jsonl")
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
-    for callback in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(callback)
+    quieted(trainer)
     print(
         f"GRPO: {training_args.max_steps} steps of "
         f"{training_args.per_device_train_batch_size // training_args.num_generations} questions x "

@@ -53,6 +53,16 @@ CURVE_TERMS = (
 )
 
 
+def quieted(trainer):
+    """`trainer` without the Trainer's printed log dicts and progress bar: the demo prints its own lines
+    (`DemoProgress`), and its SFT warm starts print none."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    return trainer
+
+
 class DemoProgress(TrainerCallback):
     """A progress bar and one short line per step in place of the Trainer's printed log dicts, and every logged
     step appended to `metrics.jsonl` (one JSON object per line, flushed, so an interrupted run keeps its lines)."""
@@ -298,6 +308,7 @@ def summary_lines(
 
 __all__ = [
     "DemoProgress",
+    "quieted",
     "format_samples",
     "format_step_line",
     "plot_reward_curve",
