@@ -2,7 +2,8 @@
 
 Importing the package registers MiniMind with transformers' Auto classes, so
 `AutoModelForCausalLM.from_pretrained(folder)` works without `trust_remote_code`, and so do
-`AutoModelForSequenceClassification` (TRL's RewardTrainer, value models) and the other generic heads.
+`AutoModelForSequenceClassification` (TRL's RewardTrainer, value models) and the other generic heads. It also
+gives PEFT MiniMind's default LoRA targets, so `LoraConfig()` without `target_modules` works on MiniMind.
 """
 
 from transformers import (
@@ -22,6 +23,7 @@ from .models.minimind import (
     MiniMindModel,
     MiniMindPreTrainedModel,
 )
+from .models.minimind.peft_defaults import register_peft_defaults
 from .models.minimind.modeling_minimind import (
     MiniMindForQuestionAnswering,
     MiniMindForSequenceClassification,
@@ -39,6 +41,7 @@ _AUTO_CLASSES = {
 }
 
 AutoConfig.register("minimind", MiniMindConfig, exist_ok=True)
+register_peft_defaults()
 for _auto_class, _model_class in _AUTO_CLASSES.values():
     _auto_class.register(MiniMindConfig, _model_class, exist_ok=True)
 

@@ -15,13 +15,12 @@ from ..conversion.convert import convert_checkpoint
 from ..conversion.native_config import assumed_settings, native_sidecar_path, read_config_file
 from ..errors import ModelSourceError
 from ..loading_utils import looks_local
+from ..models.minimind.peft_defaults import MINIMIND_LORA_TARGETS
 from ..models.minimind.tokenization_minimind import portable_tokenizer
 from ..trainer.output_dir import CONVERTED_DIR
 
 NATIVE_SUFFIXES = (".pth", ".pt")
 SOURCE_MARKER = "minimind_source.json"
-# MiniMind's linear layers (attention and MLP, dense and MoE experts); the LM head is tied to the embeddings.
-MINIMIND_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass(frozen=True)
@@ -179,7 +178,8 @@ def load_tokenizer(tokenizer_path: str, revision: str = "main"):
 
 
 def lora_config(model_args):
-    """TRL's `get_peft_config`, with MiniMind's linear layers as the default targets (PEFT has no default for it)."""
+    """TRL's `get_peft_config`, with MiniMind's default LoRA targets written out (the list the package registers
+    with PEFT), so the recipe record and the run card name them."""
     from trl import get_peft_config
 
     if model_args.use_peft and not model_args.lora_target_modules and not model_args.lora_target_parameters:
