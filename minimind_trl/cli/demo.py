@@ -254,8 +254,6 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
 # --------------------------------------------------------------------------- the run
 
 
-
-
 def run_demo(args: argparse.Namespace) -> int:
     import torch
     from transformers import set_seed

@@ -256,7 +256,6 @@ def seed_rank_loss(policy, reference, batch, beta):
 def minimind3_rank_loss(policy, reference, batch, beta):
     """MiniMind-3's CISPO loss for one rank's micro-batch, from the fixture README's formulas: on-policy, so the
     capped ratio is 1 and the loss is -(A * logp - beta * k3), each completion's masked mean, then the mean."""
-
     per_token_logps, per_token_kl = rank_logps_and_k3(policy, reference, batch)
     per_token_loss = -(batch["advantages"].unsqueeze(1) * per_token_logps - beta * per_token_kl)
     mask = batch["completion_mask"]
