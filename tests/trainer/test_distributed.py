@@ -217,6 +217,7 @@ trainer = Recording(
 trainer.train()
 if rank == 0:
     torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), f"{out}/final.pt")
+trainer.end()  # destroys the gloo group: left to the exit, its worker threads can abort the process (SIGABRT)
 """
 
 

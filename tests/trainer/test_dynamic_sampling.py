@@ -243,6 +243,7 @@ weights = trainer.accelerator.unwrap_model(trainer.model).state_dict()
 with open(f"{out}/final-rank{rank}.json", "w") as f:
     json.dump({"checksum": float(sum(t.double().abs().sum() for t in weights.values())),
                "logs": [e for e in trainer.state.log_history if "dynamic_sampling/zero_spread_before" in e]}, f)
+trainer.end()  # destroys the gloo group: left to the exit, its worker threads can abort the process (SIGABRT)
 """
 
 
