@@ -168,13 +168,15 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
     minimind3 = any("rewards/answer_reward_model/mean" in record for record in records)
     if any("agent_rule_reward/gt_match" in record for record in records):
         axes.set_ylabel("agent reward (clipped +-3), call share (0-1)")
-        axes.set_ylim(-1.2, 4.2)
+        low, high = -1.2, 4.2
     elif minimind3:
         axes.set_ylabel("reward (rules -1.75..1.75, reward model +-3)")
-        axes.set_ylim(-4.9, 5.5)
+        low, high = -4.9, 5.5
     else:
         axes.set_ylabel("reward (rules max 1.5, reward model +-3)" if with_model else "rule reward (max 1.5)")
-        axes.set_ylim(*((-3.2, 4.7) if with_model else (0, 1.75)))
+        low, high = (-3.2, 4.7) if with_model else (0, 1.75)
+    # the total is the recipe's weighted sum (the full demo weighs the rule terms 3): keep all of it in view
+    axes.set_ylim(min(low, min(rewards) - 0.3), max(high, max(rewards) + 0.3))
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=7.5, ncol=2)

@@ -83,6 +83,20 @@ def test_reward_curve_png(smoke_run):
     assert not list(output_dir.glob(".*.tmp"))
 
 
+def test_reward_curve_keeps_the_whole_weighted_total_in_view(tmp_path, monkeypatch):
+    """The full demo's total weighs the rule terms 3 (up to 7.5): the plot's y-axis must hold all of it."""
+    from minimind_trl.cli.demo_progress import plot_reward_curve
+
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    records = [{"step": step, "reward": -3.5 + 10.5 * step / 40, "rewards/format_reward/mean": 0.5,
+                "rewards/tag_count_reward/mean": 1.0, "rewards/reward_model/mean": 2.0} for step in range(1, 41)]
+    assert plot_reward_curve(records, tmp_path / "curve.png", "t") is not None
+    low, high = figures[0].axes[0].get_ylim()
+    assert low <= -3.5 + 10.5 / 40 and high >= 7.0, (low, high)
+
+
 def test_saved_folder_loads_and_generates(smoke_run):
     _, output_dir, _ = smoke_run
     model = AutoModelForCausalLM.from_pretrained(output_dir)  # no trust_remote_code: the package registers it
