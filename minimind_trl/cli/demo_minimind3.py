@@ -16,7 +16,7 @@ import re
 
 from ..prompt_rendering import SYSTEM_PROMPTS, keyed_uniform
 from ..rewards.minimind3_rewards import reward_model_messages, split_thinking
-from .demo_reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches
+from .demo_reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches, mixed_answer
 
 THINK_CLOSE = "</think>"
 EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", re.DOTALL)
@@ -26,8 +26,8 @@ EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", 
 PAIRS_SYSTEM_RATIO = 0.5
 # Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them, the
 # policy of a first version (seed 42) answered every question "苹果是apple", which that reward model scored high
-# for English questions too (the seed's pairs never mix; MiniMind-3's term, seeing only the short answer, is
-# easier to game).
+# for English questions too (MiniMind-3's term, seeing only the short answer, is easy to game; the seed demo's
+# pairs mix as often, `demo_reward_model.MIXED_RATIO`, after its policy found "水是water。").
 PAIRS_MIXED_RATIO = 0.3
 
 
@@ -95,9 +95,7 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
         question = rng.choice(questions)
         chosen, rejected = answer_pair(rng, question, fragments)
         if not CJK.search(question) and rng.random() < PAIRS_MIXED_RATIO:
-            pieces = [fragments.text(rng, "en", rng.randint(1, 3)), fragments.text(rng, "zh", rng.randint(1, 2))]
-            rng.shuffle(pieces)
-            rejected = rng.choice(("", " ")).join(pieces)
+            rejected = mixed_answer(rng, fragments)
         system_prompt = rng.choice(SYSTEM_PROMPTS) if rng.random() < PAIRS_SYSTEM_RATIO else None
         if language_matches(question, TAGS.sub(" ", chosen).strip()) and not language_matches(
             question, TAGS.sub(" ", rejected).strip()

@@ -6,7 +6,8 @@ The demo's full reward (`--rewards full`) is upstream's reasoning reward: format
 clipped to +-3 and blended 0.4 on the whole completion / 0.6 on the `<answer>` text. The reward model here has
 InternLM2's published layout and tokenizer files (written by `models.internlm2_reward.tiny`), so the native
 loader and `InternLM2Scorer` run for real; it is trained in seconds on preference pairs generated from the
-bundled prompts with a Bradley-Terry loss (`-log sigmoid(r_chosen - r_rejected)`, torch's AdamW).
+bundled prompts with a Bradley-Terry loss (`-log sigmoid(r_chosen - r_rejected)`, each pair's scores centred on 0
+as TRL's `center_rewards_coefficient` does: see `PairLayout`), torch's AdamW.
 
 What it prefers, checkable without it (`in_question_language`): the `<answer>` text (the whole completion when
 there is no `<answer>` block; tags removed) is in the question's language: a Chinese question's answer contains a
@@ -30,6 +31,10 @@ LATIN_OR_DIGIT = re.compile(r"[A-Za-z0-9]")
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 TAGS = re.compile(r"</?(think|answer)>")
 CONTENT_METRIC = "answer in the question's language"
+# English questions whose rejected answer mixes in Chinese, half of them the bundled lines that do ("水是water。"):
+# without them seed 3's policy answered every question "水是water。", and seed 2's "月亮是moon" (with only made-up
+# mixes), which the reward model scored above 0 for English questions too.
+MIXED_RATIO = 0.3
 HELD_OUT_EVERY = 5  # every 5th bundled prompt is held out: from the reward model's pairs and for content checks
 
 # The reward model's size: the published layout at toy size (tiny.py's defaults are 32 wide).
@@ -76,21 +81,27 @@ def split_prompts(prompts: list[str]) -> tuple[list[str], list[str]]:
 @dataclass
 class Fragments:
     """Pieces of text the pairs are made of, by language: words and sentences of the bundled replies, numbers,
-    punctuation; completions are salads of them, like a tiny policy's samples."""
+    punctuation; completions are salads of them, like a tiny policy's samples. `mixed`: the bundled lines that mix
+    both languages ("月亮是moon。"), which the warm start teaches the policy to write."""
 
     chinese: list[str]
     english: list[str]
     neutral: list[str]
+    mixed: tuple[str, ...] = ()
 
     @classmethod
     def from_texts(cls, texts: list[str]) -> "Fragments":
-        chinese, english = set(), set()
+        chinese, english, mixed = set(), set(), set()
         for text in texts:
             for piece in re.findall(r"[\u4e00-\u9fff]+|[A-Za-z]+", text):
                 (chinese if CJK.match(piece) else english).add(piece)
                 if CJK.match(piece):
                     chinese.update(piece[i : i + 2] for i in range(0, len(piece), 2))
-        return cls(sorted(chinese), sorted(english), [str(n) for n in range(100)] + list(".,?!=+-。，？ "))
+            for line in TAGS.sub(" ", text).splitlines():
+                if CJK.search(line) and re.search("[A-Za-z]", line):
+                    mixed.add(line.strip())
+        neutral = [str(n) for n in range(100)] + list(".,?!=+-。，？ ")
+        return cls(sorted(chinese), sorted(english), neutral, tuple(sorted(mixed)))
 
     def text(self, rng: random.Random, language: str, words: int) -> str:
         """`words` pieces: one or more of `language` ("zh" / "en"), the rest neutral (numbers, punctuation)."""
@@ -131,12 +142,22 @@ def answer_pair(rng: random.Random, question: str, fragments: Fragments) -> tupl
     return chosen, rejected
 
 
+def mixed_answer(rng: random.Random, fragments: Fragments) -> str:
+    """English and Chinese words in one answer, in either order: wrong for an English question ("水是water。")."""
+    pieces = [fragments.text(rng, "en", rng.randint(1, 3)), fragments.text(rng, "zh", rng.randint(1, 2))]
+    rng.shuffle(pieces)
+    return rng.choice(("", " ")).join(pieces)
+
+
 def make_pair(rng: random.Random, question: str, fragments: Fragments) -> tuple[str, str]:
     """(chosen, rejected) completions for `question` with the same layout and think text: the chosen answer is in
-    the question's language, the rejected one in the other language, only numbers/punctuation, or junk (tags,
-    newlines, broken characters: what the policy found to exploit a reward model trained without them). Both may
-    carry junk around the words."""
+    the question's language, the rejected one in the other language, only numbers/punctuation, junk (tags,
+    newlines, broken characters) or, for an English question, English mixed with Chinese (`MIXED_RATIO`): each is
+    what a policy found to exploit a reward model trained without it. Both may carry junk around the words."""
     chosen, rejected = answer_pair(rng, question, fragments)
+    if not CJK.search(question) and rng.random() < MIXED_RATIO:  # half of them lines the warm start teaches
+        taught = fragments.mixed and rng.random() < 0.5
+        rejected = rng.choice(fragments.mixed) if taught else mixed_answer(rng, fragments)
     layout = rng.random()
     if layout < 0.3:  # answer-only conversations: what the 0.6 answer term scores
         return chosen, rejected
@@ -175,10 +196,19 @@ def conversation(question: str, completion: str, context=None) -> list[dict]:
 class PairLayout:
     """How one generation's reward term asks the reward model: `make_pairs(questions, fragments, count, seed)`
     gives `(question, chosen, rejected, context)` tuples and `conversation(question, completion, context)` the
-    messages the reward model scores (`context`: what else the prompt held, e.g. MiniMind-3's system prompt)."""
+    messages the reward model scores (`context`: what else the prompt held, e.g. MiniMind-3's system prompt).
+
+    `center_rewards_coefficient` is TRL's `RewardConfig` term, coefficient x mean((r_chosen + r_rejected)^2): it
+    centres each pair's scores on 0, so a question's good answers score above 0 and its bad ones below, whatever
+    its language. Bradley-Terry alone leaves a free offset per question, and the seed's demo model learnt one per
+    language (raw scores: English questions +2 to +7 for good and bad answers alike, Chinese -7 to +0.5) that the
+    reward's +-3 clip then flattened: English questions gave GRPO almost no signal about the answer's language.
+    None: a weak 1e-3 x mean(r^2) instead, which keeps the scores near 0 overall only (MiniMind-3's demo was
+    measured with it)."""
 
     make_pairs: Callable
     conversation: Callable
+    center_rewards_coefficient: float | None = None
 
 
 def _minimind2_pairs(questions, fragments, count, seed):
@@ -186,7 +216,8 @@ def _minimind2_pairs(questions, fragments, count, seed):
             make_pairs(questions, fragments, count, seed)]
 
 
-MINIMIND2_PAIRS = PairLayout(_minimind2_pairs, conversation)  # the seed's RewardModelReward (whole completion)
+# the seed's RewardModelReward (whole completion); 0.01 is TRL's suggested centring coefficient
+MINIMIND2_PAIRS = PairLayout(_minimind2_pairs, conversation, center_rewards_coefficient=0.01)
 
 
 def pairwise_accuracy(scorer, pairs, layout: PairLayout = MINIMIND2_PAIRS) -> float:
@@ -231,7 +262,12 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
         scores = model(input_ids=input_ids, attention_mask=attention_mask,
                        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, 0]
         margin = scores[: len(batch)] - scores[len(batch) :]
-        loss = -torch.nn.functional.logsigmoid(margin).mean() + 1e-3 * scores.pow(2).mean()  # keep scores near 0
+        loss = -torch.nn.functional.logsigmoid(margin).mean()
+        if layout.center_rewards_coefficient is None:
+            loss = loss + 1e-3 * scores.pow(2).mean()  # keep scores near 0
+        else:
+            pair_sums = scores[: len(batch)] + scores[len(batch) :]
+            loss = loss + layout.center_rewards_coefficient * pair_sums.pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -250,6 +286,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
         "held_out_pairs": len(test_pairs),
         "train_pairs": len(train_pairs),
         "steps": steps,
+        "center_rewards_coefficient": layout.center_rewards_coefficient,
         "seed": seed,
         "seconds": round(time.time() - started, 1),
     }
