@@ -169,7 +169,7 @@ import json, os, sys
 import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
-from grpo_fixtures import PROMPTS, token_reward
+from grpo_fixtures import PROMPTS, end_without_finalizing, token_reward
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
@@ -217,12 +217,7 @@ trainer = Recording(
 trainer.train()
 if rank == 0:
     torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), f"{out}/final.pt")
-trainer.end()
-# Exit without the interpreter's finalization: a gloo worker thread that frees a collective's tensors while it runs
-# aborts the process after the work is done (pytorch#179291; 1 run in ~20 here, rank 1). This checks the computation.
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
+end_without_finalizing(trainer)
 """
 
 

@@ -203,6 +203,7 @@ import json, os, sys
 import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
+from grpo_fixtures import end_without_finalizing
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
@@ -243,12 +244,7 @@ weights = trainer.accelerator.unwrap_model(trainer.model).state_dict()
 with open(f"{out}/final-rank{rank}.json", "w") as f:
     json.dump({"checksum": float(sum(t.double().abs().sum() for t in weights.values())),
                "logs": [e for e in trainer.state.log_history if "dynamic_sampling/zero_spread_before" in e]}, f)
-trainer.end()
-# Exit without the interpreter's finalization: a gloo worker thread that frees a collective's tensors while it runs
-# aborts the process after the work is done (pytorch#179291; 1 run in ~20 here, rank 1). This checks the computation.
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
+end_without_finalizing(trainer)
 """
 
 
