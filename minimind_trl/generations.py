@@ -63,6 +63,39 @@ class Generation:
         return next((row for row in self.rows() if row.name == name), None)
 
 
+@dataclass(frozen=True)
+class RunPrecision:
+    """The precision a run trains in, on the device it runs on; `chosen_for_cpu`: `bf16` was left unset and the
+    CPU's own choice made it (`trainer.cpu_precision`), as a device's kind makes it for upstream's loop."""
+
+    dtype: str  # "bf16", "fp16" or "fp32"
+    on_cpu: bool
+    chosen_for_cpu: bool = False
+
+    def __str__(self) -> str:
+        chosen = ", chosen for this CPU" if self.chosen_for_cpu else ""
+        return f"{self.dtype} on {'CPU' if self.on_cpu else 'GPU'}{chosen}"
+
+
+@dataclass(frozen=True)
+class DevicePrecision:
+    """Upstream's `--dtype bfloat16`: its loop enters bf16 autocast only on CUDA and trains in fp32 on a CPU, so
+    what it does depends on the device. A run matches it when it trains as upstream's loop would on the same device,
+    or when `bf16` was left unset and the CPU chose (bf16 where it is native and faster, fp32 elsewhere: a choice of
+    the hardware, as upstream's is, not of the recipe). An explicit `bf16: true` on CPU or `false` on GPU departs."""
+
+    def matches(self, run) -> bool:
+        if isinstance(run, RunPrecision):
+            return run.chosen_for_cpu or run.dtype == ("fp32" if run.on_cpu else "bf16")
+        return run is True  # a bare `bf16` field, device unknown: read as upstream's CUDA run
+
+    def __str__(self) -> str:
+        return "bf16 on GPU, fp32 on CPU"
+
+
+UPSTREAM_PRECISION = DevicePrecision()
+
+
 def _shared(generations: int, **values) -> tuple[UpstreamSetting, ...]:
     """The settings whose flags both generations name alike (values differ)."""
     return (
@@ -84,7 +117,7 @@ def _shared(generations: int, **values) -> tuple[UpstreamSetting, ...]:
         UpstreamSetting("tempered_logprobs", False, "log-probs of untempered logits"),
         UpstreamSetting("num_iterations", 1, "one update per generation"),
         UpstreamSetting("use_bias_correction_kl", False, "plain k3 KL"),
-        UpstreamSetting("bf16", True, "--dtype bfloat16"),
+        UpstreamSetting("bf16", UPSTREAM_PRECISION, "--dtype bfloat16; autocast on CUDA only", DERIVED),
         UpstreamSetting("seed", 42, "setup_seed(42)"),
         UpstreamSetting("logging_steps", 1, "--log_interval"),
         UpstreamSetting("save_steps", 10, "--save_interval"),
@@ -307,7 +340,10 @@ def _run_value(setting: UpstreamSetting, training_args, script_args):
 
 
 def same_value(a, b) -> bool:
-    """Equal as settings: enums by value, numbers within rounding, lists and tuples alike."""
+    """Equal as settings: enums by value, numbers within rounding, lists and tuples alike, a run's precision as
+    upstream's on the same device (`DevicePrecision`)."""
+    if isinstance(b, DevicePrecision):
+        return b.matches(a)
     if isinstance(a, Enum):
         a = a.value
     if isinstance(a, list):
@@ -377,11 +413,14 @@ def render_generations_table(generations=None) -> str:
 
 __all__ = [
     "DEFAULTS_GENERATION",
+    "UPSTREAM_PRECISION",
     "GENERATIONS",
     "TRL_DEFAULTS",
     "UPSTREAMS",
     "Comparison",
+    "DevicePrecision",
     "Generation",
+    "RunPrecision",
     "UpstreamSetting",
     "compare",
     "deviations",

@@ -109,3 +109,10 @@ def cpu_machine(monkeypatch):
 
     yield set_machine
     cpu_precision._log_once.cache_clear()
+
+
+@pytest.fixture(params=["fp32", "bf16"])
+def either_cpu_choice(request, cpu_machine):
+    """The test runs twice: on a CPU that chooses fp32 (AVX2, or bf16 slower than fp32) and on one that chooses bf16
+    (Zen 4, AMX), whatever this machine's own choice is. Returns the choice (`cpu_precision.CpuPrecision`)."""
+    return cpu_machine(request.param == "bf16")

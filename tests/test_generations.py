@@ -17,7 +17,9 @@ from minimind_trl.generations import (
     GENERATIONS,
     SCRIPT,
     TRAINING,
+    UPSTREAM_PRECISION,
     UPSTREAMS,
+    RunPrecision,
     compare,
     deviations,
     get_generation,
@@ -73,8 +75,8 @@ def test_the_algorithm_a_record_names_is_registered(name):
         assert generation.loss_aggregation.kind == TRAINING
 
 
-def test_config_defaults_are_the_minimind2_record(tmp_path, cpu_machine):
-    cpu_machine(True)  # bf16 unset is chosen per machine (docs/cpu.md): upstream's bf16 on GPUs and native-bf16 CPUs
+def test_config_defaults_are_the_minimind2_record(tmp_path, either_cpu_choice):
+    """bf16 unset is chosen per machine (docs/cpu.md), which departs from nothing whichever the CPU chose."""
     args = config(tmp_path)
     rows = get_generation(None).rows()
     assert get_generation(None) is GENERATIONS["minimind2"]
@@ -119,7 +121,7 @@ def test_minimind3_record_is_upstreams_argparse_defaults():
 # --------------------------------------------------------------------------- comparing runs
 
 
-def test_a_run_on_a_records_values_departs_in_nothing_and_a_change_is_named(tmp_path):
+def test_a_run_on_a_records_values_departs_in_nothing_and_a_change_is_named(tmp_path, either_cpu_choice):
     generation = GENERATIONS["minimind3"]
     args = config(tmp_path, upstream="minimind3", **training_values(generation))
     assert deviations(generation, args) == []
@@ -306,3 +308,22 @@ def test_docs_example_trains_with_a_reward_function_that_returns_none_for_some_c
                                                                                   initial.parameters()))
     logged = [entry["reinforce/logp"] for entry in trainer.state.log_history if "reinforce/logp" in entry]
     assert len(logged) == 2 and all(value < 0 for value in logged)  # the example loss's own metric
+
+
+@pytest.mark.parametrize(
+    ("dtype", "on_cpu", "chosen_for_cpu", "matches"),
+    [
+        ("bf16", False, False, True),  # upstream on CUDA: bf16 autocast
+        ("fp32", False, False, False),  # `bf16: false` on a GPU
+        ("fp16", False, False, False),
+        ("fp32", True, False, True),  # upstream on CPU: no autocast, fp32
+        ("bf16", True, False, False),  # `bf16: true` on a CPU
+        ("bf16", True, True, True),  # unset: the CPU chose bf16 (native and faster)
+        ("fp32", True, True, True),  # unset: the CPU chose fp32
+    ],
+)
+def test_a_runs_precision_is_compared_with_upstreams_on_the_same_device(dtype, on_cpu, chosen_for_cpu, matches):
+    run = RunPrecision(dtype, on_cpu, chosen_for_cpu)
+    assert same_value(run, UPSTREAM_PRECISION) is matches
+    for generation in GENERATIONS.values():
+        assert generation.setting("bf16").value is UPSTREAM_PRECISION

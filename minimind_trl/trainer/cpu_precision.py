@@ -16,6 +16,9 @@ bf16 is chosen only when both say so (capability native and bf16 faster than fp3
 otherwise. `choose_bf16` applies it to a config's `bf16` field: `None` (unset) means "auto", `True`/`False` are
 the user's and are kept, with a warning, once, when an explicit `True` meets a CPU where bf16 is many times
 slower. GPUs and other accelerators keep the setting as given (unset: bf16, TRL's default).
+
+`MINIMIND_CPU_PRECISION=fp32|bf16` forces the choice (the probe still runs and is reported), so the code paths of a
+CPU kind this machine is not (an AVX2 laptop's fp32, a Zen 4 or AMX server's bf16) can be run and tested here.
 """
 
 import functools
@@ -37,6 +40,8 @@ ARM_BF16_FLAG = "bf16"
 PROBE_ROWS, PROBE_IN, PROBE_OUT = 128, 256, 768  # issue 27's measured shape: one decoder MLP, 128 tokens
 BF16_FASTER_BELOW = 1.0  # bf16 is chosen when its probe time is below this fraction of fp32's
 SLOW_BF16_WARNING_AT = 2.0  # an explicit bf16 warns when bf16 is at least this many times slower
+FORCE_ENV = "MINIMIND_CPU_PRECISION"  # fp32 | bf16: the choice as another CPU kind would make it (tests, CI)
+FORCED_CHOICES = {"fp32": False, "bf16": True}
 
 
 @dataclass(frozen=True)
@@ -194,10 +199,28 @@ def decide(cpu: CpuInfo, probe: Bf16Probe) -> CpuPrecision:
     return CpuPrecision(True, f"this CPU computes bf16 natively{capped}: {probe.describe()}", cpu, probe)
 
 
+def forced_choice() -> bool | None:
+    """`MINIMIND_CPU_PRECISION`'s choice (True: bf16, False: fp32), None when it is unset or `auto`."""
+    value = os.environ.get(FORCE_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value not in FORCED_CHOICES:
+        raise RecipeError(f"{FORCE_ENV}={value!r}: expected fp32, bf16 or auto (unset: this CPU's own choice)")
+    return FORCED_CHOICES[value]
+
+
 @functools.cache
 def machine_choice() -> CpuPrecision:
-    """This machine's choice, measured once per process."""
-    return decide(read_cpu_info(), probe_bf16_gemm())
+    """This machine's choice, measured once per process; `MINIMIND_CPU_PRECISION` overrides it."""
+    measured = decide(read_cpu_info(), probe_bf16_gemm())
+    forced = forced_choice()
+    if forced is None:
+        return measured
+    own = "bf16" if measured.bf16 else "fp32"
+    reason = (
+        f"forced by {FORCE_ENV}={os.environ[FORCE_ENV].strip()} (this CPU's own choice: {own}, as {measured.reason})"
+    )
+    return CpuPrecision(forced, reason, measured.cpu, measured.probe)
 
 
 def runs_on_cpu(use_cpu: bool) -> bool:
@@ -255,6 +278,7 @@ __all__ = [
     "CpuPrecision",
     "choose_bf16",
     "decide",
+    "forced_choice",
     "machine_choice",
     "parse_cpuinfo",
     "probe_bf16_gemm",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..errors import RecipeError, RewardSpecError
-from ..generations import TRAINING, UPSTREAMS, get_generation, render_generations_table
+from ..generations import TRAINING, UPSTREAMS, RunPrecision, get_generation, render_generations_table
 from .advantages import TRL_ADVANTAGES
 from .config_ranges import check_ranges, warn_loss_options
 from .cpu_precision import choose_bf16, runs_on_cpu
@@ -359,6 +359,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         record of upstream's defaults sits below the trainer and cannot compute them."""
         if name == "loss_aggregation":
             return effective_loss_aggregation(self.loss_type, self.loss_aggregation)
+        if name == "bf16":  # compared with upstream's per-device precision (generations.DevicePrecision)
+            return self.run_precision
         return getattr(self, name)
 
     @classmethod
@@ -402,6 +404,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         self.bf16 = choose_bf16(None if auto else (self.bf16 is not False), self.fp16, on_cpu)
         if auto and self.bf16 and on_cpu and not self.use_cpu:
             self.use_cpu = True  # no accelerator here; transformers refuses bf16 on CPU without use_cpu
+        dtype = "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
+        self.run_precision = RunPrecision(dtype, on_cpu, chosen_for_cpu=auto and on_cpu)
 
 
 def _require_deepspeed_extra(args: MiniMindGRPOConfig) -> None:

@@ -29,9 +29,10 @@ def recipe_comments(path: Path) -> dict[str, str]:
     return comments
 
 
-def test_the_recipe_is_the_minimind3_record_and_departs_in_nothing():
+def test_the_recipe_is_the_minimind3_record_and_departs_in_nothing(either_cpu_choice):
     """Every row of the MiniMind-3 record (script rows included) has the record's value, the run plan lists no
-    departure, and each value's comment names the upstream flag the record gives for it."""
+    departure, and each value's comment names the upstream flag the record gives for it: on a CPU that chooses bf16
+    and on one that chooses fp32 (the recipe leaves `bf16` unset, so the hardware chooses, as for upstream)."""
     from minimind_trl.cli.run_plan import upstream_departures
 
     generation = GENERATIONS["minimind3"]
@@ -69,8 +70,8 @@ def demo_sized(tmp_path_factory):
 
 def test_the_recipe_trains_a_demo_sized_minimind3_with_its_rewards_and_cispo(demo_sized, tmp_path, monkeypatch, caplog):
     """The installed command's code on the shipped recipe; overridden: where things are, the completion length,
-    the step count, bf16 (CPU) and save_steps (a checkpoint at the last step holds the log). The run plan lists
-    exactly the departures among them (max_steps ends the epoch early: no setting of upstream's), every step logs
+    the step count, bf16 (fp32, as upstream on CPU) and save_steps (a checkpoint at the last step holds the log).
+    The run plan lists exactly the departures among them (max_steps ends the epoch early: no setting of upstream's), every step logs
     each of the five reward terms (their sum is the reward) and the loss, and that loss is `minimind3_cispo` on
     `group_zscore` advantages (the registered functions were called at every step)."""
     from minimind_trl.cli.demo_model import PROMPTS_FILE
@@ -99,9 +100,11 @@ def test_the_recipe_trains_a_demo_sized_minimind3_with_its_rewards_and_cispo(dem
     ]  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="minimind_trl.cli.run_plan"):
         assert cli([str(arg) for arg in argv]) == 0
-    assert "follows MiniMind-3 (d65ef2c) except in 3 setting(s)" in caplog.text
-    for departure in ("max_completion_length: 16 (upstream 1024", "bf16: False (upstream True", "save_steps: 3 (up"):
+    # `--bf16 false` on CPU is no departure: upstream's loop trains in fp32 on a CPU (its autocast is CUDA-only)
+    assert "follows MiniMind-3 (d65ef2c) except in 2 setting(s)" in caplog.text
+    for departure in ("max_completion_length: 16 (upstream 1024", "save_steps: 3 (up"):
         assert departure in caplog.text
+    assert "bf16:" not in caplog.text
 
     state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
     logged = [entry for entry in state["log_history"] if "reward" in entry]

@@ -59,3 +59,23 @@ def test_a_recipe_following_trl_gets_its_departures_from_trls_defaults_listed(tm
     assert departures["max_prompt_length"] == "max_prompt_length: 32 (upstream None, no prompt truncation in TRL 1.16)"
     assert not {"loss_type", "beta", "temperature", "loss_aggregation", "reward_funcs", "seed"} & set(departures)
     assert "follows TRL GRPOConfig (trl 1.16) except in" in caplog.text
+
+
+@pytest.mark.parametrize("bf16", [None, True, False])
+def test_precision_departs_only_when_the_recipe_pins_what_upstream_would_not_do_on_this_device(
+    tmp_path, policy, data, either_cpu_choice, bf16
+):
+    """On CPU upstream's loop trains in fp32 (its `--dtype bfloat16` autocast is entered on CUDA only). `bf16` unset
+    lets the CPU choose (bf16 where native and faster, fp32 elsewhere): no departure whichever it chose; an explicit
+    `bf16: false` is upstream's CPU numerics; an explicit `bf16: true` on CPU departs, and says so."""
+    recipe = tiny_recipe(tmp_path, policy, data, upstream="minimind3", bf16=bf16)
+    script_args, training_args, _, _ = parse_args(["--config", str(recipe)])
+    chosen = either_cpu_choice.bf16 if bf16 is None else bf16
+    assert training_args.bf16 is chosen
+    departures = {line.split(":")[0]: line for line in upstream_departures(script_args, training_args)}
+    if bf16 is True:
+        assert departures["bf16"] == (
+            "bf16: bf16 on CPU (upstream bf16 on GPU, fp32 on CPU, --dtype bfloat16; autocast on CUDA only)"
+        )
+    else:
+        assert "bf16" not in departures, departures["bf16"]

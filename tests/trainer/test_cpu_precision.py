@@ -207,3 +207,34 @@ def test_config_on_an_accelerator_keeps_trls_default(tmp_path, monkeypatch):
     monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
     assert config(tmp_path).bf16 is True
     assert config(tmp_path, bf16=False).bf16 is False
+
+
+@pytest.mark.parametrize(("cpu", "probe"), [(AVX2, SLOW_BF16), (AMX, FAST_BF16)])
+@pytest.mark.parametrize("forced", ["fp32", "bf16", "BF16 ", "auto", ""])
+def test_the_environment_forces_the_choice_another_cpu_kind_would_make(monkeypatch, cpu, probe, forced):
+    """`MINIMIND_CPU_PRECISION` makes this machine choose as a CPU of the other kind would (the probe still runs and
+    its finding stays in the reason); `auto` or empty leaves the machine's own choice."""
+    monkeypatch.setattr(cpu_precision, "read_cpu_info", lambda: cpu)
+    monkeypatch.setattr(cpu_precision, "probe_bf16_gemm", lambda: probe)
+    monkeypatch.setenv(cpu_precision.FORCE_ENV, forced)
+    cpu_precision.machine_choice.cache_clear()
+    try:
+        choice = cpu_precision.machine_choice()
+    finally:
+        cpu_precision.machine_choice.cache_clear()
+    own = decide(cpu, probe)
+    if forced.strip() in ("", "auto"):
+        assert choice == own
+    else:
+        assert choice.bf16 is (forced.strip().lower() == "bf16") and choice.probe == probe
+        assert choice.reason.startswith(f"forced by MINIMIND_CPU_PRECISION={forced.strip()}") and own.reason in choice.reason
+
+
+def test_an_unknown_forced_choice_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(cpu_precision.FORCE_ENV, "fp16")
+    cpu_precision.machine_choice.cache_clear()
+    try:
+        with pytest.raises(cpu_precision.RecipeError, match="MINIMIND_CPU_PRECISION='fp16': expected fp32, bf16 or auto"):
+            cpu_precision.machine_choice()
+    finally:
+        cpu_precision.machine_choice.cache_clear()
