@@ -75,6 +75,7 @@ def test_the_algorithm_a_record_names_is_registered(name):
         assert generation.loss_aggregation.kind == TRAINING
 
 
+@pytest.mark.cpu_kind
 def test_config_defaults_are_the_minimind2_record(tmp_path, either_cpu_choice):
     """bf16 unset is chosen per machine (docs/cpu.md), which departs from nothing whichever the CPU chose."""
     args = config(tmp_path)
@@ -121,6 +122,7 @@ def test_minimind3_record_is_upstreams_argparse_defaults():
 # --------------------------------------------------------------------------- comparing runs
 
 
+@pytest.mark.cpu_kind
 def test_a_run_on_a_records_values_departs_in_nothing_and_a_change_is_named(tmp_path, either_cpu_choice):
     generation = GENERATIONS["minimind3"]
     args = config(tmp_path, upstream="minimind3", **training_values(generation))
@@ -310,6 +312,7 @@ def test_docs_example_trains_with_a_reward_function_that_returns_none_for_some_c
     assert len(logged) == 2 and all(value < 0 for value in logged)  # the example loss's own metric
 
 
+@pytest.mark.cpu_kind
 @pytest.mark.parametrize(
     ("dtype", "on_cpu", "chosen_for_cpu", "matches"),
     [

@@ -18,6 +18,7 @@ from minimind_trl.generations import GENERATIONS, compare
 from minimind_trl.grpo import parse_args
 
 RECIPE = REPO_ROOT / "recipes" / "minimind3" / "agent" / "agent_rl.yaml"
+@pytest.mark.cpu_kind
 def test_the_recipe_is_the_agent_record_and_departs_in_nothing(either_cpu_choice):
     """As test_minimind3_recipe's: no departure on a CPU that chooses bf16 nor on one that chooses fp32."""
     from minimind_trl.cli.run_plan import upstream_departures

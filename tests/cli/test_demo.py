@@ -577,6 +577,7 @@ def test_minimind3_is_documented_in_help(capsys):
     assert "--upstream {minimind2,minimind3}" in out and "grpo_minimind3.yaml" in out
 
 
+@pytest.mark.cpu_kind
 @pytest.mark.slow
 def test_the_minimind3_demo_learns_minimind3s_reward(tmp_path):
     """`minimind-trl demo --upstream minimind3` with its defaults (seed 42): the last 10 GRPO steps' mean total reward

@@ -29,6 +29,7 @@ def recipe_comments(path: Path) -> dict[str, str]:
     return comments
 
 
+@pytest.mark.cpu_kind
 def test_the_recipe_is_the_minimind3_record_and_departs_in_nothing(either_cpu_choice):
     """Every row of the MiniMind-3 record (script rows included) has the record's value, the run plan lists no
     departure, and each value's comment names the upstream flag the record gives for it: on a CPU that chooses bf16

@@ -61,6 +61,7 @@ def test_a_recipe_following_trl_gets_its_departures_from_trls_defaults_listed(tm
     assert "follows TRL GRPOConfig (trl 1.16) except in" in caplog.text
 
 
+@pytest.mark.cpu_kind
 @pytest.mark.parametrize("bf16", [None, True, False])
 def test_precision_departs_only_when_the_recipe_pins_what_upstream_would_not_do_on_this_device(
     tmp_path, policy, data, either_cpu_choice, bf16

@@ -9,6 +9,8 @@ from minimind_trl.trainer import MiniMindGRPOConfig, cpu_precision
 from minimind_trl.trainer import grpo_config as grpo_config_module
 from minimind_trl.trainer.cpu_precision import Bf16Probe, CpuInfo, choose_bf16, decide, parse_cpuinfo
 
+pytestmark = pytest.mark.cpu_kind  # the probe, the choice and the forced choice, as each CPU kind makes them
+
 LOGGER = "minimind_trl.trainer.cpu_precision"
 
 AVX2 = CpuInfo("AuthenticAMD", "AMD EPYC 7B13", "AVX2", amx_bf16=False, avx512_bf16=False, arm_bf16=False, onednn_bf16=False)

@@ -42,6 +42,7 @@ def test_a_minimind3_run_is_compared_with_minimind3(tmp_path):
     assert "| reasoning |" not in text  # MiniMind2's flag
 
 
+@pytest.mark.cpu_kind
 @pytest.mark.parametrize("name", list(GENERATIONS))
 def test_a_run_with_a_generations_values_matches_each_of_its_rows(tmp_path, name, either_cpu_choice):
     """Every generation of the record: a run set to its values is compared with it, one row per setting (script
@@ -68,6 +69,7 @@ def test_trls_cispo_shows_as_a_different_aggregation(tmp_path):
     assert "| loss_aggregation | token-mean | seq-mean-token-mean | masked token mean per completion | no |" in text
 
 
+@pytest.mark.cpu_kind
 def test_a_run_without_upstream_is_compared_with_the_seed(tmp_path, either_cpu_choice):
     """Every row the seed's record has, each the seed's: `bf16` unset follows the CPU's choice, bf16 or fp32."""
     text = section(MiniMindGRPOConfig(str(tmp_path), use_cpu=True))

@@ -557,6 +557,7 @@ def test_train_lora_trains_adapters_against_the_disabled_adapter_reference(token
 # --- configuration ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.cpu_kind
 def test_config_defaults_are_the_seeds(tmp_path):
     args = MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True)
     assert args.learning_rate == 8e-8 and args.lr_scheduler_kwargs == {"min_lr_rate": 0.1}
