@@ -582,11 +582,18 @@ def test_minimind3_is_documented_in_help(capsys):
 def test_the_minimind3_demo_learns_minimind3s_reward(tmp_path):
     """`minimind-trl demo --upstream minimind3` with its defaults (seed 42): the last 10 GRPO steps' mean total reward
     (MiniMind-3's five terms) is at least 1.5 above the first 10's. Over seeds 42, 1, 2, 3 the gain was +3.0 to +3.8
-    (docs/demo.md; +3.1 on this seed, whose run is deterministic), so 1.5 is half the smallest gain. It is not a
-    bound for every seed: after step 100 the 10-step mean swings between 0.1 and 2.5 on this seed, and on seeds 2
-    and 3 it dips once back to the first steps' level. The reward model's term carries most of the gain (+2.4 here,
-    >= +1.0 asserted) and the answers move to the question's language (+0.38 to +0.48 over the seeds, +0.41 here;
-    >= +0.2 asserted), checked without the reward model."""
+    (docs/demo.md; +3.1 on this seed), so 1.5 is half the smallest gain. It is not a bound for every seed: after
+    step 100 the 10-step mean swings between 0.1 and 2.5 on this seed, and on seeds 2 and 3 it dips once back to
+    the first steps' level. The reward model's term carries most of the gain (+2.4 here, >= +1.0 asserted) and the
+    answers move to the question's language, checked without the reward model.
+
+    The run is fp32 on every CPU (the recipe's `bf16: false`), and deterministic on one CPU kind, but not the same
+    on all: the GEMM kernels' summation order (MKL's AVX-512 vs AVX2 paths, AMD's vs Intel's) changes the warm start
+    and the sampled trajectory. Seed 42's language share: 45 % -> 86 % (+0.41) on AMD Zen 4, 46 % -> 60 % (+0.145)
+    on Intel Xeons with AVX-512 (with and without AMX: the same run), 21 % -> 46 % (+0.25) with the kernels capped
+    at AVX2 (.ci/run_other_cpu_kind's emulation). As for the total, the bound is half the smallest gain seen:
+    +0.07 (+0.38 to +0.48 on the other seeds, Zen 4). The total and reward-model gains held on every kind (Intel:
+    +3.16 and +2.58, AVX2: +3.89 and +3.66)."""
     output_dir = tmp_path / "out"
     assert demo.main(["--upstream", "minimind3", "--output-dir", str(output_dir)]) == 0
     summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
@@ -594,4 +601,4 @@ def test_the_minimind3_demo_learns_minimind3s_reward(tmp_path):
     assert summary["reward_last10"] - summary["reward_first10"] >= 1.5, summary
     first, last = summary["terms_first_last"]["answer_reward_model"]
     assert last - first >= 1.0, summary["terms_first_last"]
-    assert summary["content_after"] - summary["content_before"] >= 0.2, summary
+    assert summary["content_after"] - summary["content_before"] >= 0.07, summary
