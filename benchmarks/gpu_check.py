@@ -170,6 +170,8 @@ def test_part(args, selection, env, timeout, log) -> dict:
     else:
         status = "passed" if not counts["skipped"] else "passed with skips"
     report = {"status": status, "seconds": seconds, "exit": code, "counts": counts, "tests": tests}
+    if counts["skipped"]:
+        report["reason"] = sorted({t.get("message", "") for t in tests if t["outcome"] == "skipped"})[0]
     if status in ("failed", "timeout"):
         report["error"] = (re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M) or output.strip().splitlines()[-3:])
     return report
