@@ -11,10 +11,10 @@ Parts (default: all, in this order; the benchmark second, so that a budget cut l
                    MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU
     precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo)
     logprobs       tests/gpu/test_gpu_logprobs.py: fused log-prob head vs plain logits; share_prompts on vs off
+    zero           tests/gpu/test_gpu_zero.py: accelerate launch with ZeRO-2 and ZeRO-3 on one GPU, 3 steps each
     lora           tests/gpu/test_gpu_training.py -k lora: only adapters train, reference = adapters disabled
     resume         tests/gpu/test_gpu_training.py -k resume: a stopped run resumed from `last` = the uninterrupted run
     agent          tests/gpu/test_gpu_training.py -k agent: agent rollouts calling calculate_math, 3 steps
-    zero           tests/gpu/test_gpu_zero.py: accelerate launch with ZeRO-2 and ZeRO-3 on one GPU, 3 steps each
     bench_compile  benchmarks/gpu_step.py --no-seed: the static-cache compiled and reduce-overhead (CUDA graphs)
                    variants (CUDA only)
 
@@ -41,10 +41,10 @@ PARTS = {
     "bench": (["--variants", "default,share_prompts"], 330, 120, False),
     "precision": ([f"{TESTS}/test_gpu_precision.py"], 150, 120, False),
     "logprobs": ([f"{TESTS}/test_gpu_logprobs.py"], 120, 120, False),
+    "zero": ([f"{TESTS}/test_gpu_zero.py"], 240, 180, False),
     "lora": ([f"{TESTS}/test_gpu_training.py", "-k", "lora"], 90, 90, False),
     "resume": ([f"{TESTS}/test_gpu_training.py", "-k", "resume"], 120, 120, False),
     "agent": ([f"{TESTS}/test_gpu_training.py", "-k", "agent"], 120, 120, False),
-    "zero": ([f"{TESTS}/test_gpu_zero.py"], 240, 180, False),
     "bench_compile": (["--no-seed", "--variants", "static_compile,reduce_overhead"], 330, 120, True),
 }
 # seconds each part is expected to take on one H100/H200 (guesses: nothing has run there yet); a part starts only if
@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("parts", nargs="*", help=f"parts to run (default all): {' '.join(PARTS)}")
     parser.add_argument("--cpu", action="store_true", help="the CPU form: tiny sizes, CUDA-only parts skipped")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="skip (and report) parts that would end past this many seconds (default 480 on a GPU, "
+                        help="skip (and report) parts that would end past this many seconds (default 390 on a GPU, "
                         "no limit with --cpu)")  # fmt: skip
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "gpu_check_out"),
                         help="folder of gpu_check.json and gpu_check.log (default $OUT)")  # fmt: skip
@@ -72,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"unknown parts {unknown}; known: {' '.join(PARTS)}")
     args.parts = args.parts or list(PARTS)
     if args.budget_s is None:
-        args.budget_s = float("inf") if args.cpu else 480.0
+        args.budget_s = float("inf") if args.cpu else 390.0
     return args
 
 
