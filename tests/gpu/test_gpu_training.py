@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from gpu_harness import build_trainer, move_away_from_reference, one_step, tiny_policy
+from gpu_harness import build_trainer, one_step, tiny_policy
 from grpo_fixtures import (
     PROBE_DIR_ENV,
     REPO_ROOT,
