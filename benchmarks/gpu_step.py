@@ -16,7 +16,8 @@ Each side runs in its own subprocess (its own peak GPU memory), `--warmup` untim
 (median; the device synchronised at each step's edges). Reported per side: s/step and its phases, generation tokens/s,
 peak GPU memory (torch's allocator, during training), MFU: the step's model FLOPs (`roofline.phase_flops`, every prompt
 per completion for every side, so the same work) over its time, against the bf16 GEMM peak measured here first (an
-8192^3 product on CUDA; on CPU a 1024^3 fp32 one, the `--cpu` form's tiny sizes make MFU meaningless there). The last
+8192^3 product on CUDA; on CPU a 1024^3 fp32 one, the `--cpu` form's tiny sizes make MFU meaningless there), and
+`mfu_datasheet` against the GPU's datasheet bf16 peak where its name is known (`DATASHEET_BF16_TFLOPS`). The last
 line is one JSON object. Speed is reported, never asserted.
 
     python benchmarks/gpu_step.py                                   # on a GPU, upstream's defaults
@@ -36,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# dense bf16 tensor-core peaks by the vendor's datasheets (SXM parts), for MFU beside the measured GEMM peak
+DATASHEET_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0, "RTX 3090": 71.0}
 VARIANTS = ("default", "share_prompts", "static_compile", "reduce_overhead")
 CUDA_ONLY = {"static_compile": "transformers compiles generate on CUDA only", "reduce_overhead": "CUDA graphs"}
 # --cpu: the sizes of tests/test_benchmarks.py, one step
@@ -260,6 +263,8 @@ def report(args, results: dict, flops: float, peak: dict) -> dict:
         if r.get("status") == "ok":
             r["gen_tokens_per_s"] = r["completion_tokens_per_step"] / r["phases"]["generation"]
             r["mfu"] = flops / r["s_per_step"] / (peak["peak_tflops"] * 1e12)
+            if peak.get("datasheet_bf16_tflops"):
+                r["mfu_datasheet"] = flops / r["s_per_step"] / (peak["datasheet_bf16_tflops"] * 1e12)
             if seed.get("status") == "ok" and side != "seed":
                 r["speedup_vs_seed"] = seed["s_per_step"] / r["s_per_step"]
             print(f"{side:<24}{'ok':>9}{r['s_per_step']:>9.3f}{r['phases']['generation']:>8.3f}"
@@ -302,7 +307,8 @@ def main(argv=None) -> int:
                 results[f"ours:{variant}"] = {"status": "skipped", "reason": f"CUDA only ({CUDA_ONLY[variant]})"}
                 continue
             results[f"ours:{variant}"] = child(f"ours:{variant}", argv, workdir, args.side_timeout)
-    summary = report(args, results, flops, {"gpu": name, **peak})
+    sheet = next((tflops for key, tflops in DATASHEET_BF16_TFLOPS.items() if key in name), None)
+    summary = report(args, results, flops, {"gpu": name, **peak, "datasheet_bf16_tflops": sheet})
     print(json.dumps(summary))
     return 0 if all(r["status"] in ("ok", "skipped") for r in results.values()) else 1
 
