@@ -201,6 +201,7 @@ def prepare(args, workdir: Path) -> None:
         vocab_size=args.vocab_size,
         use_moe=args.moe,
         max_position_embeddings=max(32768, prompt_cut(args) + args.new_tokens),
+        **({"minimind_generation": args.generation} if getattr(args, "generation", None) else {}),  # gpu_step.py's
     )
     MiniMindForCausalLM(config).save_pretrained(workdir / "policy")
     tokenizer.save_pretrained(workdir / "policy")

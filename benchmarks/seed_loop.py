@@ -49,6 +49,9 @@ class SeedArgs:
     top_k: int = 50  # transformers' generation default when upstream was written (4.57)
     reward_clip: float = 3.0
     min_new_tokens: int | None = None  # benchmark only: force every completion to the full budget
+    # On CUDA upstream trains under `torch.autocast("cuda", dtype=torch.bfloat16)` (its `--dtype bfloat16`) over fp32
+    # weights; here the whole step runs under it (generation too: never slower than upstream's loop)
+    autocast_dtype: torch.dtype | None = None
 
 
 def seed_per_token_logps(model, input_ids: torch.Tensor, n_keep: int) -> torch.Tensor:
@@ -95,6 +98,13 @@ def seed_calculate_rewards(
     return rewards + torch.tensor(scores)
 
 
+def synchronized(device: torch.device) -> float:
+    """The wall clock once the device's queued work is done (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class SeedGRPOLoop:
     """Holds upstream's policy, reference, optimiser and scheduler; `step(prompts)` runs one seed step.
 
@@ -113,6 +123,13 @@ class SeedGRPOLoop:
 
     def step(self, prompts: list[str]) -> dict:
         """One seed step on rendered prompt strings; returns per-phase seconds and a few statistics."""
+        device = next(self.model.parameters()).device
+        if self.args.autocast_dtype is None or device.type == "cpu":  # upstream's autocast is a no-op on CPU
+            return self._step(prompts, device)
+        with torch.autocast(device.type, dtype=self.args.autocast_dtype):
+            return self._step(prompts, device)
+
+    def _step(self, prompts: list[str], device: torch.device) -> dict:
         args, tokenizer, model = self.args, self.tokenizer, self.model
         times, start, cpu_start = {}, time.perf_counter(), time.process_time()
         self.step_count += 1
@@ -125,9 +142,9 @@ class SeedGRPOLoop:
             padding_side="left",
             add_special_tokens=False,
         )
-        prompt_inputs = {k: v[:, -args.max_seq_len :] for k, v in prompt_inputs.items()}
+        prompt_inputs = {k: v[:, -args.max_seq_len :].to(device) for k, v in prompt_inputs.items()}
 
-        tick, cpu_tick = time.perf_counter(), time.process_time()
+        tick, cpu_tick = synchronized(device), time.process_time()
         with torch.no_grad():
             extra = {"min_new_tokens": args.min_new_tokens} if args.min_new_tokens else {}
             outputs = model.generate(
@@ -140,21 +157,21 @@ class SeedGRPOLoop:
                 pad_token_id=tokenizer.pad_token_id,
                 **extra,
             )
-        times["generation"] = time.perf_counter() - tick
+        times["generation"] = synchronized(device) - tick
         times["cpu_generation"] = time.process_time() - cpu_tick
         completion_ids = outputs[:, prompt_inputs["input_ids"].size(1) :]
 
-        tick, cpu_tick = time.perf_counter(), time.process_time()
+        tick, cpu_tick = synchronized(device), time.process_time()
         per_token_logps = seed_per_token_logps(model, outputs, completion_ids.size(1))
-        aux_loss = model(outputs).aux_loss if model.config.use_moe else torch.tensor(0.0)
+        aux_loss = model(outputs).aux_loss if model.config.use_moe else torch.tensor(0.0, device=device)
         with torch.no_grad():
             ref_per_token_logps = seed_per_token_logps(self.ref_model, outputs, completion_ids.size(1))
-        times["logprobs"] = time.perf_counter() - tick
+        times["logprobs"] = synchronized(device) - tick
         times["cpu_logprobs"] = time.process_time() - cpu_tick
 
         tick = time.perf_counter()
         completions = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        rewards = seed_calculate_rewards(prompts, completions, self.score_one, args)
+        rewards = seed_calculate_rewards(prompts, completions, self.score_one, args).to(device)
         times["reward"] = time.perf_counter() - tick
 
         grouped = rewards.view(-1, args.num_generations)
@@ -164,9 +181,10 @@ class SeedGRPOLoop:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
         is_eos = completion_ids == tokenizer.eos_token_id
-        eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long)
+        eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long, device=device)
         eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
-        completion_mask = (torch.arange(is_eos.size(1)).expand(is_eos.size(0), -1) <= eos_idx.unsqueeze(1)).int()
+        positions = torch.arange(is_eos.size(1), device=device).expand(is_eos.size(0), -1)
+        completion_mask = (positions <= eos_idx.unsqueeze(1)).int()
 
         kl_div = ref_per_token_logps - per_token_logps
         per_token_kl = torch.exp(kl_div) - kl_div - 1
@@ -176,7 +194,7 @@ class SeedGRPOLoop:
         policy_loss = ((per_token_loss * completion_mask).sum(dim=1) / completion_mask.sum(dim=1)).mean()
         loss = (policy_loss + aux_loss) / args.accumulation_steps
 
-        tick, cpu_tick = time.perf_counter(), time.process_time()
+        tick, cpu_tick = synchronized(device), time.process_time()
         loss.backward()
         if self.step_count % args.accumulation_steps == 0:
             if args.grad_clip > 0:
@@ -184,7 +202,7 @@ class SeedGRPOLoop:
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad()
-        times["backward_step"] = time.perf_counter() - tick
+        times["backward_step"] = synchronized(device) - tick
         times["cpu_backward_step"] = time.process_time() - cpu_tick
 
         stats = {
@@ -195,7 +213,7 @@ class SeedGRPOLoop:
             "completion_tokens": int(completion_mask.sum()),
             "lr": self.optimizer.param_groups[0]["lr"],
         }
-        times["total"] = time.perf_counter() - start
+        times["total"] = synchronized(device) - start
         times["cpu_total"] = time.process_time() - cpu_start
         times["other"] = times["total"] - sum(times[k] for k in ("generation", "logprobs", "reward", "backward_step"))
         return {"times": times, "stats": stats}

@@ -1,0 +1,252 @@
+"""The GPU check's driver (run it through `benchmarks/gpu_check.sh`, which installs the carried wheels first): runs the
+parts asked for, one subprocess each, in order, within a time budget, and writes `$OUT/gpu_check.json` (rewritten
+after every part, so a run stopped at its limit still leaves its report) and `$OUT/gpu_check.log` (every part's
+output). Exit status 0 when no part failed.
+
+Parts (default: all, in this order; the benchmark second, so that a budget cut leaves it measured):
+
+    env            versions (python, torch, CUDA, the GPU, transformers against .ci/constraints.txt's pin, trl,
+                   datasets, deepspeed, peft, accelerate, triton); fails on a transformers other than the pin
+    bench          benchmarks/gpu_step.py: upstream's loop vs minimind-trl (default, share_prompts) at upstream's
+                   MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU
+    precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo)
+    logprobs       tests/gpu/test_gpu_logprobs.py: fused log-prob head vs plain logits; share_prompts on vs off
+    zero           tests/gpu/test_gpu_zero.py: accelerate launch with ZeRO-2 and ZeRO-3 on one GPU, 3 steps each
+    lora           tests/gpu/test_gpu_training.py -k lora: only adapters train, reference = adapters disabled
+    resume         tests/gpu/test_gpu_training.py -k resume: a stopped run resumed from `last` = the uninterrupted run
+    agent          tests/gpu/test_gpu_training.py -k agent: agent rollouts calling calculate_math, 3 steps
+    bench_compile  benchmarks/gpu_step.py --no-seed: the static-cache compiled and reduce-overhead (CUDA graphs)
+                   variants (CUDA only)
+
+`--cpu` runs the same parts on CPU: the tests' bodies with MINIMIND_TEST_DEVICE=cpu, the benchmark at tiny sizes; the
+CUDA-only pieces (bench_compile, the compiled variants) are skipped and the report says so.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = "tests/gpu"
+# part: (what it runs, its time limit in seconds on a GPU, on CPU; CUDA only)
+PARTS = {
+    "env": ("versions", 60, 60, False),
+    "bench": (["--variants", "default,share_prompts"], 330, 120, False),
+    "precision": ([f"{TESTS}/test_gpu_precision.py"], 150, 120, False),
+    "logprobs": ([f"{TESTS}/test_gpu_logprobs.py"], 120, 120, False),
+    "zero": ([f"{TESTS}/test_gpu_zero.py"], 240, 180, False),
+    "lora": ([f"{TESTS}/test_gpu_training.py", "-k", "lora"], 90, 90, False),
+    "resume": ([f"{TESTS}/test_gpu_training.py", "-k", "resume"], 120, 120, False),
+    "agent": ([f"{TESTS}/test_gpu_training.py", "-k", "agent"], 120, 120, False),
+    "bench_compile": (["--no-seed", "--variants", "static_compile,reduce_overhead"], 330, 120, True),
+}
+# seconds each part is expected to take on one H100/H200 (guesses: nothing has run there yet); a part starts only if
+# the time spent plus its guess fits the budget, and its limit is cut to what is left of the budget (30 s granted)
+GPU_GUESS = {"env": 15, "bench": 150, "precision": 40, "logprobs": 40, "lora": 30, "resume": 50, "agent": 40,
+             "zero": 80, "bench_compile": 200}  # fmt: skip
+PINNED = ("transformers",)  # must equal .ci/constraints.txt there (the others are reported)
+REQUIRED = ("transformers", "trl", "datasets", "deepspeed", "peft", "accelerate")  # the parts import them
+REPORTED = ("torch", "transformers", "trl", "datasets", "deepspeed", "peft", "accelerate", "triton", "pytest", "huggingface_hub",
+            "tokenizers", "safetensors", "pyarrow", "fsspec", "regex", "typing_extensions", "pydantic")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("parts", nargs="*", help=f"parts to run (default all): {' '.join(PARTS)}")
+    parser.add_argument("--cpu", action="store_true", help="the CPU form: tiny sizes, CUDA-only parts skipped")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="skip (and report) parts that would end past this many seconds (default 390 on a GPU, "
+                        "no limit with --cpu)")  # fmt: skip
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "gpu_check_out"),
+                        help="folder of gpu_check.json and gpu_check.log (default $OUT)")  # fmt: skip
+    args = parser.parse_args(argv)
+    unknown = [part for part in args.parts if part not in PARTS]
+    if unknown:
+        parser.error(f"unknown parts {unknown}; known: {' '.join(PARTS)}")
+    args.parts = args.parts or list(PARTS)
+    if args.budget_s is None:
+        args.budget_s = float("inf") if args.cpu else 390.0
+    return args
+
+
+def pinned_versions() -> dict:
+    lines = (REPO / ".ci" / "constraints.txt").read_text().splitlines()
+    return dict(line.split("==", 1) for line in lines if "==" in line and not line.startswith("#"))
+
+
+ENV_SCRIPT = r"""
+import importlib, json, platform, sys
+found = {"python": platform.python_version(), "executable": sys.executable}
+for name in NAMES:
+    try:
+        module = importlib.import_module(name)
+        found[name] = getattr(module, "__version__", "?")
+        found[name + "_path"] = str(getattr(module, "__file__", ""))
+    except Exception as error:  # reported: a missing package is a finding of this part, not a crash
+        found[name] = f"unavailable: {type(error).__name__}: {error}"
+import torch
+found["cuda_available"] = torch.cuda.is_available()
+found["torch_cuda"] = torch.version.cuda
+if torch.cuda.is_available():
+    found["gpu"] = torch.cuda.get_device_name()
+    found["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    found["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+import minimind_trl
+found["minimind_trl_path"] = minimind_trl.__file__
+print(json.dumps(found))
+"""
+
+
+def run_logged(command: list[str], env: dict, timeout: float, log) -> tuple[int | None, str, float, str]:
+    """Run `command`, its output appended to the log; (exit status or None on timeout, its output (stdout, then
+    stderr), seconds, its stdout alone)."""
+    start = time.perf_counter()
+    log.write(f"\n=== {' '.join(command)}\n")
+    log.flush()
+    try:
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        code, output, stdout = result.returncode, result.stdout + result.stderr, result.stdout
+    except subprocess.TimeoutExpired as expired:
+        code, stdout = None, ""
+        output = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (expired.stdout, expired.stderr))
+    log.write(output)
+    log.write(f"\n=== exit {code} after {time.perf_counter() - start:.1f} s\n")
+    log.flush()
+    return code, output, time.perf_counter() - start, stdout
+
+
+def env_part(args, env, timeout, log) -> dict:
+    script = ENV_SCRIPT.replace("NAMES", repr(REPORTED))
+    code, output, seconds, stdout = run_logged([sys.executable, "-c", script], env, timeout, log)
+    if code != 0:
+        return {"status": "failed", "seconds": seconds, "error": output.strip().splitlines()[-1:] or ["?"]}
+    found = json.loads(stdout.strip().splitlines()[-1])
+    pins = pinned_versions()
+    mismatched = {name: {"found": found.get(name), "pinned": pins[name]} for name in PINNED
+                  if found.get(name) != pins[name]}  # fmt: skip
+    missing = [name for name in REQUIRED if str(found.get(name, "")).startswith("unavailable")]
+    report = {"status": "failed" if mismatched or missing else "passed", "seconds": seconds, "versions": found}
+    if mismatched or missing:
+        report["error"] = f"not the pinned versions: {mismatched}; missing: {missing}"
+    if not args.cpu and not found.get("cuda_available"):
+        report.update(status="failed", error="no CUDA device visible (run with --cpu for the CPU form)")
+    return report
+
+
+def junit_outcomes(path: Path) -> list[dict]:
+    outcomes = []
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
+                message = (child.get("message") or "")[:400]
+        outcomes.append({"test": case.get("name"), "outcome": outcome, "seconds": float(case.get("time", 0)),
+                         **({"message": message} if message else {})})  # fmt: skip
+    return outcomes
+
+
+def test_part(args, selection, env, timeout, log) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu", "-p", "no:cacheprovider",
+                   f"--junitxml={junit}", *selection]  # fmt: skip
+        code, output, seconds, _ = run_logged(command, env, timeout, log)
+        tests = junit_outcomes(junit) if junit.is_file() else []
+    counts = {key: sum(t["outcome"] == key for t in tests) for key in ("passed", "failed", "error", "skipped")}
+    if code is None:
+        status = "timeout"
+    elif counts["failed"] or counts["error"] or code not in (0, 5) or not tests:
+        status = "failed"
+    elif counts["skipped"] == len(tests):
+        status = "skipped"
+    else:
+        status = "passed" if not counts["skipped"] else "passed with skips"
+    report = {"status": status, "seconds": seconds, "exit": code, "counts": counts, "tests": tests}
+    if counts["skipped"]:
+        report["reason"] = sorted({t.get("message", "") for t in tests if t["outcome"] == "skipped"})[0]
+    if status in ("failed", "timeout"):
+        report["error"] = (re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M) or output.strip().splitlines()[-3:])
+    return report
+
+
+def bench_part(args, extra, env, timeout, log) -> dict:
+    command = [sys.executable, "benchmarks/gpu_step.py", *extra, "--side-timeout", str(max(timeout / 2 - 10, 30))]
+    if args.cpu:
+        command.append("--cpu")
+    code, output, seconds, stdout = run_logged(command, env, timeout, log)
+    lines = stdout.strip().splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        summary = None
+    if code is None:
+        return {"status": "timeout", "seconds": seconds}
+    if summary is None:
+        return {"status": "failed", "seconds": seconds, "exit": code, "error": output.strip().splitlines()[-3:]}
+    sides = summary["sides"]
+    skipped = {side: r["reason"] for side, r in sides.items() if r["status"] == "skipped"}
+    status = "passed" if code == 0 else "failed"
+    if skipped and all(r["status"] == "skipped" for r in sides.values()):
+        status = "skipped"
+    report = {"status": status, "seconds": seconds, "exit": code, "benchmark": summary}
+    if skipped:
+        report["skipped"] = skipped
+    return report
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    if args.cpu:
+        env["MINIMIND_TEST_DEVICE"] = "cpu"
+        env.setdefault("OMP_NUM_THREADS", "1")
+    report = {"form": "cpu" if args.cpu else "gpu", "parts_asked": args.parts, "budget_s": args.budget_s,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}  # fmt: skip
+    start = time.perf_counter()
+    report_path, log_path = out / "gpu_check.json", out / "gpu_check.log"
+
+    def write() -> None:
+        report["seconds"] = round(time.perf_counter() - start, 1)
+        report_path.write_text(json.dumps(report, indent=1))
+
+    with open(log_path, "w") as log:
+        for part in args.parts:
+            what, gpu_seconds, cpu_seconds, cuda_only = PARTS[part]
+            elapsed = time.perf_counter() - start
+            guess = 0 if args.cpu else GPU_GUESS[part]
+            timeout = cpu_seconds if args.cpu else min(gpu_seconds, max(args.budget_s - elapsed, guess) + 30)
+            if args.cpu and cuda_only:
+                result = {"status": "skipped", "reason": "CUDA only: not run by the CPU form"}
+            elif elapsed + guess > args.budget_s:
+                result = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes ~{guess} s "
+                          f"of the {args.budget_s:.0f} s budget; run it in a call of its own"}  # fmt: skip
+            elif part == "env":
+                result = env_part(args, env, timeout, log)
+            elif part.startswith("bench"):
+                result = bench_part(args, what, env, timeout, log)
+            else:
+                result = test_part(args, what, env, timeout, log)
+            report["parts"][part] = result
+            print(f"{part:<14} {result['status']:<18} {result.get('seconds', 0):7.1f} s  "
+                  f"{result.get('reason') or result.get('error') or ''}"[:400], flush=True)  # fmt: skip
+            write()
+    failed = [part for part, r in report["parts"].items() if r["status"] in ("failed", "timeout")]
+    report["failed"] = failed
+    write()
+    print(f"gpu_check: {len(report['parts']) - len(failed)} of {len(report['parts'])} parts passed or skipped "
+          f"in {report['seconds']} s; report {report_path}, log {log_path}")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

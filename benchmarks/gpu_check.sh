@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU check: one command that verifies minimind-trl where its users train, on a lent GPU, in one device call.
+#
+#   bash benchmarks/gpu_check.sh [--cpu] [--budget-s S] [PART ...]
+#
+# Parts (default all, in this order): env bench precision logprobs zero lora resume agent bench_compile
+# (benchmarks/gpu_check.py --help says what each runs). Writes $OUT/gpu_check.json (the report, rewritten after each
+# part) and $OUT/gpu_check.log (every part's output); OUT defaults to ./gpu_check_out. Needs no network.
+#
+# On a lent GPU: the wheels the machine lacks travel in .gpu-wheels/ (made here, with PyPI, by
+# `bash benchmarks/gpu_wheels.sh`) and are installed there with --no-deps into a folder put first on PYTHONPATH; the
+# repository itself goes on PYTHONPATH (nothing is pip-installed). One call of the device tool's `run`:
+#
+#   run(command="bash benchmarks/gpu_check.sh", carry=[".gpu-wheels"], timeout_s=600)
+#
+# and a fix re-checked with only the parts that failed, e.g. `bash benchmarks/gpu_check.sh zero bench`.
+# --cpu: the same parts on CPU (the tests' bodies with MINIMIND_TEST_DEVICE=cpu, the benchmark at tiny sizes), the
+# CUDA-only ones skipped and named so in the report; tests/test_gpu_check.py runs its cheap parts in CI.
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+python="${PYTHON:-python3}"
+case " $* " in
+    *" --help "*|*" -h "*)
+        sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+        exec "$python" benchmarks/gpu_check.py --help ;;
+esac
+export OUT="${OUT:-$repo/gpu_check_out}"
+mkdir -p "$OUT"
+site_path=""
+if [[ " $* " != *" --cpu "* ]] && compgen -G ".gpu-wheels/*.whl" > /dev/null; then
+    site="${GPU_CHECK_SITE:-/tmp/gpu-check-site}"
+    echo "installing $(ls .gpu-wheels/*.whl | wc -l) carried wheels into $site (--no-deps, no index)"
+    if ! "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+            .gpu-wheels/*.whl > "$OUT/pip_install.txt" 2>&1; then
+        cat "$OUT/pip_install.txt" >&2
+        echo "gpu_check: installing the carried wheels failed" >&2
+        exit 3
+    fi
+    site_path="$site:"
+elif [[ " $* " != *" --cpu "* ]]; then
+    echo "no .gpu-wheels/ here: using the packages installed (bash benchmarks/gpu_wheels.sh makes the folder)"
+fi
+export PYTHONPATH="${site_path}$repo${PYTHONPATH:+:$PYTHONPATH}"
+"$python" -c "import transformers, sys; print('transformers', transformers.__version__, 'from', transformers.__file__)"
+exec "$python" benchmarks/gpu_check.py "$@"

@@ -1,0 +1,120 @@
+"""Helpers of the `gpu` tests (tests/gpu): the device they run on, small MiniMind policies, a trainer on that device in
+fp32 or bf16, fixed completions in place of sampling, and one micro-batch's loss and gradients."""
+
+import copy
+import os
+
+import torch
+
+DEVICE_ENV = "MINIMIND_TEST_DEVICE"
+GENERATIONS = 4
+COMPLETION = 12
+PROMPTS = (  # of unequal lengths: all but the longest are left-padded
+    "Name a colour of the sky.",
+    "What is the capital of France? Think step by step, then answer.",
+    "Say hello.",
+    "Count from one to three, slowly, in French.",
+)
+# MiniMind2 / MiniMind-3, dense / MoE, at a size where bf16 rounding is what it is at MiniMind's own sizes per layer
+# (hidden 64: dot products of 64 terms; real models' 768 give errors of the same order per element, see each test)
+CASES = {
+    "minimind2-dense": dict(),
+    "minimind3-dense": dict(minimind_generation="minimind3"),
+    "minimind3-moe": dict(minimind_generation="minimind3", use_moe=True, num_experts=4, num_experts_per_tok=2),
+}
+
+
+def chosen_device() -> str:
+    return os.environ.get(DEVICE_ENV, "cuda")
+
+
+def tiny_policy(tokenizer, seed: int = 0, **config):
+    """A small MiniMind (hidden 64, 2 layers) with MiniMind's own initialisation, in fp32."""
+    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+
+    values = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=128, vocab_size=len(tokenizer))  # fmt: skip
+    torch.manual_seed(seed)
+    return MiniMindForCausalLM(MiniMindConfig(**{**values, **config}))
+
+
+def reward(completions, **kwargs):
+    return [float(len(str(c))) % 3 for c in completions]
+
+
+def build_trainer(tokenizer, tmp_path, model, device: str, bf16: bool, peft_config=None, **overrides):
+    """16 completions of 4 prompts per generation batch in one micro-batch of 16, beta > 0 (the reference pass runs),
+    on `device` in fp32 or bf16 (autocast over fp32 master weights: accelerate's mixed precision)."""
+    from datasets import Dataset
+
+    from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
+
+    values = dict(output_dir=str(tmp_path / f"out-{'bf16' if bf16 else 'fp32'}"), use_cpu=device == "cpu", bf16=bf16,
+                  report_to="none", per_device_train_batch_size=16, num_generations=GENERATIONS,
+                  max_completion_length=COMPLETION, max_prompt_length=None, beta=0.04, dataloader_num_workers=0,
+                  disable_tqdm=True, seed=0, share_prompts=False)  # fmt: skip
+    values.update(overrides)
+    rows = [{"prompt": [{"role": "user", "content": text}]} for text in PROMPTS]
+    trainer = MiniMindGRPOTrainer(
+        copy.deepcopy(model), reward, MiniMindGRPOConfig(**values), train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, peft_config=peft_config,
+    )  # fmt: skip
+    assert trainer.accelerator.device.type == device, (trainer.accelerator.device, device)
+    return trainer
+
+
+def move_away_from_reference(trainer, scale: float = 0.02, seed: int = 5) -> None:
+    """Add the same fixed noise to the policy of every trainer built from one model, so that the KL term is not 0."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            noise = torch.randn(parameter.shape, generator=generator) * scale
+            parameter.add_(noise.to(parameter.device, parameter.dtype))
+
+
+def fixed_generation(trainer, tokenizer, seed: int = 3):
+    """Sampling replaced by the same fixed completions (EOS at varied places) in every trainer."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completions = torch.randint(3, len(tokenizer), (len(prompt_ids), COMPLETION), generator=generator).tolist()
+        for row, ids in enumerate(completions):
+            if row % 3 == 0:
+                ids[row % COMPLETION :] = [tokenizer.eos_token_id]
+        return completions, None
+
+    trainer._generate_single_turn = generate
+
+
+def batch() -> list[dict]:
+    return [{"prompt": [{"role": "user", "content": text}]} for text in PROMPTS for _ in range(GENERATIONS)]
+
+
+def one_step(trainer, tokenizer, shared: bool | None = None, seed: int = 3):
+    """The generation batch scored (reference log-probs, advantages), its loss and the gradients, on the CPU in fp32
+    for comparison; `shared` forces the prompt-sharing switch."""
+    if shared is not None:
+        trainer._shares_prompts = shared
+    if not getattr(trainer, "_prepared_by_harness", False):  # as `train()` prepares it: accelerate's autocast in bf16
+        trainer.model = trainer.model_wrapped = trainer.accelerator.prepare_model(trainer.model)
+        trainer._prepared_by_harness = True
+    fixed_generation(trainer, tokenizer, seed)
+    trainer.model.train()
+    trainer.model.zero_grad()
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(0)
+    inputs = trainer._generate_and_score_completions(batch())
+    with trainer.compute_loss_context_manager():  # as Trainer.training_step calls it
+        loss = trainer.compute_loss(trainer.model, inputs)
+    trainer.accelerator.backward(loss)
+    grads = {name: p.grad.detach().float().cpu() for name, p in trainer.model.named_parameters() if p.grad is not None}
+    host = {k: v.detach().float().cpu() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    return host, loss.detach().float().cpu(), grads
+
+
+def relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual - expected).norm() / expected.norm().clamp(min=1e-30)).item()
+
+
+def flat(grads: dict) -> torch.Tensor:
+    return torch.cat([grads[name].flatten() for name in sorted(grads)])

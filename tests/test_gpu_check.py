@@ -1,0 +1,81 @@
+"""The GPU check (`benchmarks/gpu_check.sh`) in its CPU form, so it cannot rot between the rare GPU loans: the script
+runs the parts asked for, writes the JSON report and the log under $OUT, runs the `gpu` tests' bodies on CPU, measures
+the side-by-side benchmark at tiny sizes, and says which CUDA-only parts it skipped, and why. No timing is asserted."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def cpu_check(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_check_out")
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
+    env.pop("MINIMIND_TEST_DEVICE", None)  # the --cpu form sets it for its parts
+    result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--cpu", "env", "precision", "bench", "bench_compile"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    return result, json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.log").read_text()
+
+
+def test_the_cpu_form_runs_the_parts_asked_and_reports_them(cpu_check):
+    result, report, log = cpu_check
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert report["form"] == "cpu" and list(report["parts"]) == ["env", "precision", "bench", "bench_compile"]
+    assert report["failed"] == [] and report["seconds"] > 0
+    pins = dict(line.split("==") for line in (REPO / ".ci" / "constraints.txt").read_text().splitlines() if "==" in line)
+    env = report["parts"]["env"]
+    assert env["status"] == "passed" and env["versions"]["transformers"] == pins["transformers"]
+    assert env["versions"]["cuda_available"] in (True, False) and env["versions"]["minimind_trl_path"].startswith(str(REPO))
+    precision = report["parts"]["precision"]  # the CUDA tests' bodies, run on CPU
+    assert precision["status"] == "passed" and precision["counts"]["passed"] == len(precision["tests"]) == 4
+    assert "pytest" in log and "test_gpu_precision.py" in log and "gpu_step.py" in log
+
+
+def test_the_benchmark_reports_both_sides_and_skips_the_cuda_only_variants_saying_so(cpu_check):
+    _, report, _ = cpu_check
+    bench = report["parts"]["bench"]
+    assert bench["status"] == "passed"
+    summary = bench["benchmark"]
+    assert summary["device"] == "cpu" and summary["peak_tflops"] > 0 and summary["model_gflop_per_step"] > 0
+    assert set(summary["sides"]) == {"seed", "ours:default", "ours:share_prompts"}
+    for name, side in summary["sides"].items():
+        assert side["status"] == "ok", (name, side)
+        assert side["s_per_step"] > 0 and side["gen_tokens_per_s"] > 0 and 0 < side["mfu"] < 1
+        assert side["completion_tokens_per_step"] == 2 * 2 * 4 and side["peak_memory_mb"] is None  # no GPU memory
+        assert (name == "seed") == ("speedup_vs_seed" not in side)
+    assert summary["sides"]["ours:share_prompts"]["levers"]["shared_prompts"] is True
+    skipped = report["parts"]["bench_compile"]
+    assert skipped["status"] == "skipped" and "CUDA only" in skipped["reason"]
+
+
+def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatch):
+    import gpu_check
+
+    (tmp_path / "test_always_fails.py").write_text(
+        "import pytest\npytestmark = pytest.mark.gpu\n\ndef test_fails():\n    assert 1 == 2\n"
+    )
+    monkeypatch.setitem(gpu_check.PARTS, "precision", ([str(tmp_path / "test_always_fails.py")], 120, 120, False))
+    out = tmp_path / "out"
+    assert gpu_check.main(["--cpu", "--out", str(out), "precision"]) == 1
+    report = json.loads((out / "gpu_check.json").read_text())
+    part = report["parts"]["precision"]
+    assert part["status"] == "failed" and part["counts"]["failed"] == 1 and report["failed"] == ["precision"]
+    assert any("test_fails" in line for line in part["error"])
+    assert gpu_check.main(["--cpu", "--out", str(out), "--budget-s", "0", "zero"]) == 0
+    part = json.loads((out / "gpu_check.json").read_text())["parts"]["zero"]
+    assert part["status"] == "skipped" and part["reason"].startswith("budget")
+
+
+def test_help_says_how_to_run_it_on_a_lent_gpu_in_one_call():
+    result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--help"], cwd=REPO, capture_output=True, text=True,
+                            env=dict(os.environ, PYTHON=sys.executable), timeout=120)  # fmt: skip
+    assert result.returncode == 0
+    assert 'run(command="bash benchmarks/gpu_check.sh", carry=[".gpu-wheels"]' in result.stdout
+    assert "bench_compile" in result.stdout and "--cpu" in result.stdout
