@@ -74,6 +74,7 @@ COUNT = Range(1)
 PROBABILITY = Range(0, 1)
 PORT = Range(1, 65535)
 SEED = Range(0, 2**32 - 1, note="numpy's seed range")
+TIMEOUT = Range(0, 7 * 86400, low_open=True, note="seconds, at most a week (larger values overflow the clocks' limits)")
 
 
 def _unset(rng: Range, note: str = "") -> Range:
@@ -142,13 +143,14 @@ RANGES: dict[str, Range] = {
     "thinking_ratio": _unset(PROBABILITY, "unset: TRL renders the messages"),
     "system_prompt_ratio": PROBABILITY,
     # --- agent rollouts (rollout: agent)
-    "agent_tool_timeout": Range(0, low_open=True, note="seconds a tool call may take"),
-    "agent_max_turns": COUNT,
+    "agent_tool_timeout": Range(0, 3600, low_open=True, note="seconds a tool call may take; a longer one would "
+                                "stall every rollout of the step"),
+    "agent_max_turns": Range(1, 64, note="generations per rollout (upstream 3); each turn regrows the context"),
     "agent_max_total_length": _unset(Range(2), "unset: no cut"),
     # --- vLLM
     "vllm_server_port": PORT,
     "vllm_group_port": PORT,
-    "vllm_server_timeout": POSITIVE,
+    "vllm_server_timeout": TIMEOUT,
     "vllm_gpu_memory_utilization": Range(0, 1, low_open=True),
     "vllm_max_model_length": _unset(COUNT, "unset: from the model config"),
     "vllm_tensor_parallel_size": COUNT,
@@ -170,7 +172,7 @@ RANGES: dict[str, Range] = {
     "dataloader_num_workers": Range(0, note="0: load in the main process"),
     "dataloader_prefetch_factor": _unset(COUNT),
     "ddp_bucket_cap_mb": _unset(COUNT),
-    "ddp_timeout": Range(1, note="seconds"),
+    "ddp_timeout": Range(1, 7 * 86400, note="seconds, at most a week (larger values overflow the clocks' limits)"),
     "local_rank": Range(0, special=(-1,), note="-1: not launched distributed (set by the launcher)"),
     # --- the policy
     "native_num_attention_heads": _unset(COUNT, "unset: MiniMind's 8"),
