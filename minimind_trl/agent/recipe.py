@@ -9,7 +9,7 @@ import logging
 
 from ..errors import RecipeError
 from ..prompt_rendering import OPEN_THINKING_KWARG
-from .rollout import AgentRollout, observation_ids, render_text
+from .rollout import DEFAULT_MAX_TOOL_OUTPUT, AgentRollout, observation_ids, render_text
 from .tools import recipe_toolbox
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ def build_agent_rollout(script_args) -> AgentRollout:
         max_turns=script_args.agent_max_turns,
         max_total_length=script_args.agent_max_total_length,
         thinking_ratio=script_args.thinking_ratio,
+        max_tool_output=getattr(script_args, "agent_max_tool_output", DEFAULT_MAX_TOOL_OUTPUT),
     )
 
 

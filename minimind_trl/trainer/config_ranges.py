@@ -147,6 +147,7 @@ RANGES: dict[str, Range] = {
                                 "stall every rollout of the step"),
     "agent_max_turns": Range(1, 64, note="generations per rollout (upstream 3); each turn regrows the context"),
     "agent_max_total_length": _unset(Range(2), "unset: no cut"),
+    "agent_max_tool_output": _unset(COUNT, "characters of one turn's tool messages; unset: no cap"),
     # --- vLLM
     "vllm_server_port": PORT,
     "vllm_group_port": PORT,

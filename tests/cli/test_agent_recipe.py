@@ -91,6 +91,7 @@ def test_the_recipe_trains_a_demo_sized_minimind3_agent(demo_sized, tmp_path, ca
         (["--agent_tool_timeout", "nan"], "agent_tool_timeout"),
         (["--agent_tool_timeout", "1.0e10"], "agent_tool_timeout"),  # threading's join overflowed on it
         (["--agent_max_turns", "1000000000"], "agent_max_turns"),
+        (["--agent_max_tool_output", "0"], "agent_max_tool_output"),
         (["--agent_tools", "no_such_tool"], "no_such_tool"),
         (["--system_prompt_ratio", "0.2"], "system_prompt_ratio"),
         (["--remove_unused_columns", "true"], "remove_unused_columns"),
