@@ -12,8 +12,11 @@ the recipe parser (YAML values with file and line, command-line overrides by the
 `check_model_config` for `ModelConfig`. `loss_option_warnings` says what a legal but doubtful combination does.
 """
 
+import functools
 import logging
 import math
+import types
+import typing
 from dataclasses import dataclass, fields
 
 from ..errors import RecipeError
@@ -207,12 +210,33 @@ def range_problem(key: str, value) -> str | None:
     return f"must be {rng.describe()}{note}, got {value!r}" + (", which is not a finite number" if infinite else "")
 
 
+@functools.cache
+def _flag_fields(cls: type) -> dict[str, bool]:
+    """{name: None allowed} of the fields of dataclass `cls` typed `bool` or `bool | None`."""
+    hints = typing.get_type_hints(cls)
+    flags = {}
+    for item in fields(cls):
+        hint = hints.get(item.name)
+        if hint is bool:
+            flags[item.name] = False
+        elif typing.get_origin(hint) in (typing.Union, types.UnionType) and set(typing.get_args(hint)) == {bool,
+                                                                                                          type(None)}:
+            flags[item.name] = True
+    return flags
+
+
 def check_ranges(obj) -> None:
-    """Refuse the first numeric field of dataclass `obj` outside its range, naming it (`RecipeError`)."""
+    """Refuse the first numeric field of dataclass `obj` outside its range, and the first field typed `bool` that
+    holds something else (`share_prompts="yes"` from Python: a string is truthy, so "no" would switch it on),
+    naming it (`RecipeError`)."""
     for item in fields(obj):
         problem = range_problem(item.name, getattr(obj, item.name))
         if problem is not None:
             raise RecipeError(f"{item.name} {problem}")
+    for name, none_allowed in _flag_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if not isinstance(value, bool) and not (none_allowed and value is None):
+            raise RecipeError(f"{name} must be true or false{' (or unset)' if none_allowed else ''}, got {value!r}")
 
 
 CISPO_LOSSES = ("cispo", "minimind3_cispo")

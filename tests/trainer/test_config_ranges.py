@@ -166,3 +166,12 @@ def test_a_cispo_cap_below_one_warns(settings, warns, caplog):
         MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **settings)
     messages = [record.message for record in caplog.records]
     assert (warns is None and not messages) or (len(messages) == 1 and warns in messages[0]), messages
+
+
+@pytest.mark.parametrize("values", [{"share_prompts": "yes"}, {"share_prompts": "no"}, {"dynamic_sampling": 1},
+                                    {"use_vllm": "false"}, {"bf16": "true"}])
+def test_a_flag_given_something_other_than_true_or_false_is_refused(values):
+    """Issue 42: MiniMindGRPOConfig(share_prompts="yes") was accepted (and "no" would have switched it on)."""
+    (key, value), = values.items()
+    with pytest.raises(RecipeError, match=f"{key} must be true or false.*got {value!r}"):
+        MiniMindGRPOConfig(output_dir="unused", use_cpu=True, **values)
