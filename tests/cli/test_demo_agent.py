@@ -175,3 +175,19 @@ def test_the_tool_call_share_is_not_printed_among_the_reward_terms():
              and "%" not in line]  # fmt: skip
     assert terms == ["call_gap", "gt_match"]
     assert "Share of rollouts calling a tool: 30% -> 90% (first vs last 10 steps)." in lines
+
+
+def test_help_gives_the_agent_modes_own_defaults(capsys):
+    """Issue 42: `demo --help` gave the GRPO demo's --steps and --warm_start_steps defaults for --agent too."""
+    import yaml
+
+    from minimind_trl.cli import demo
+    from minimind_trl.cli.recipe import resolve_recipe
+
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    grpo, warm = (yaml.safe_load(open(resolve_recipe(f"demo/{name}.yaml"))) for name in ("agent", "agent_warm_start"))
+    assert f"with --agent {grpo['max_steps']}, recipes/demo/agent.yaml's" in text
+    assert (f"with --agent until the model copies the numbers of {round(100 * warm['target_copy_share'])}% of the "
+            f"probe's tool transcripts, at least {warm['min_steps']} and at most {warm['max_steps']}") in text
