@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..prompt_rendering import OPEN_THINKING_KWARG, check_ratio, keyed_uniform
-from .data import prompt_messages, prompt_tools
+from .data import prompt_messages, prompt_tools, tool_names
 from .parsing import parse_tool_calls
 from .tools import Toolbox
 
@@ -178,6 +178,7 @@ class AgentRollout:
         self.thinking_ratio = thinking_ratio
         self.max_tool_output = max_tool_output
         self._warned_tool_output = False
+        self._warned_tools: set[str] = set()
         self._calls: dict[str, tuple[int, int]] = {}  # mode -> (global step, calls made at it): keys the draws
 
     def __repr__(self) -> str:
@@ -236,6 +237,7 @@ class AgentRollout:
         is collective)."""
         eos_ids = {tokenizer.eos_token_id}
         has_logprobs = True
+        self.warn_unknown_tools(transcripts)
         for turn in range(self.max_turns):
             active = [t for t in transcripts if not t.done]
             if not active and not getattr(generate, "collective", False):
@@ -280,6 +282,17 @@ class AgentRollout:
         transcript.ended_with_eos = False
         transcript.unfinished = last
         transcript.done = last
+
+    def warn_unknown_tools(self, transcripts: list[Transcript]) -> None:
+        """Warn once per name about a tool a prompt offers that the toolbox does not run (every call of it gets the
+        error observation and counts as invalid; `minimind-trl grpo` refuses such data before training)."""
+        offered = set().union(*(tool_names(t.tools) for t in transcripts)) if transcripts else set()
+        unknown = sorted(offered - set(self.toolbox.names) - self._warned_tools)
+        if unknown:
+            self._warned_tools.update(unknown)
+            logger.warning("agent rollout: the prompts offer %s, which the toolbox (%s) does not run: every call of "
+                           "them gets the error observation and counts as invalid (warned once per tool)",
+                           ", ".join(map(repr, unknown)), ", ".join(self.toolbox.names))
 
     def capped(self, contents: list[str]) -> list[str]:
         """A turn's tool messages cut to `max_tool_output` characters together, the later ones first."""

@@ -5,6 +5,7 @@ where it did not (the documented deviation), exactly the sampled tokens plus the
 from that sequence. Then whole steps through the trainer with the real tools and reward: upstream's rewards and
 advantages."""
 
+import json
 import pytest
 import torch
 from agent_fixtures import EOS, ROLLOUTS_FILE, line_count, read_cases, step_trainer, upstream_tokenizer
@@ -257,3 +258,18 @@ def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, c
     assert "over agent_max_tool_output=3000" in caplog.text
     uncapped = AgentRollout(Toolbox(), max_tool_output=None).capped(["x" * 2048] * 20)
     assert sum(map(len, uncapped)) == 20 * 2048
+
+
+def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, caplog):
+    """Issue 42: from Python (no recipe check) such a tool trained silently, every call scored invalid."""
+    schema = {"type": "function", "function": {"name": "search_web", "parameters": {"type": "object"}}}
+    prompt = [{"role": "system", "content": "tools", "tools": json.dumps([schema])}, {"role": "user", "content": "q"}]
+
+    def engine(contexts):
+        return [tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS] for _ in contexts], None
+
+    rollout = AgentRollout(Toolbox())
+    with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
+        for _ in range(2):
+            rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
+    assert caplog.text.count("the prompts offer 'search_web', which the toolbox") == 1
