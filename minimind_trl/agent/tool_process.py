@@ -115,7 +115,13 @@ class ToolProcess:
                 self.stop()
                 raise ToolHarnessError(f"could not send a call to the tool worker: {type(error).__name__}: {error}") \
                     from error
-            if not self._connection.poll(timeout):
+            try:
+                answered = self._connection.poll(timeout)
+            except (OSError, ValueError, OverflowError) as error:  # the pipe itself, or a limit it cannot wait
+                self.stop()
+                raise ToolHarnessError(f"could not wait for the tool worker: {type(error).__name__}: {error}") \
+                    from error
+            if not answered:
                 self.stop()
                 raise TimeoutError(f"no result after {timeout:g} s (its process was stopped)")
             try:
@@ -126,6 +132,9 @@ class ToolProcess:
                 self.stop()
                 raise ToolRaised("process died", f"the tool's process ended during the call (exit code {code})") \
                     from None
+            except OSError as error:
+                self.stop()
+                raise ToolHarnessError(f"could not read the tool worker's answer: {error}") from error
             if answer[0] == "ok":
                 return answer[1]
             raise ToolRaised(answer[1], answer[2])

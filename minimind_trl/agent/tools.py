@@ -31,6 +31,7 @@ import inspect
 import json
 import logging
 import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,7 +159,7 @@ def check_timeout(timeout: Any, key: str = "timeout") -> float | None:
     """`timeout` as seconds: None, or a finite number in (0, `MAX_TIMEOUT`]; `ToolSpecError` naming `key`."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) \
             or not 0 < timeout <= MAX_TIMEOUT:
         raise ToolSpecError(f"{key} must be seconds in (0, {MAX_TIMEOUT:g}] (or None: unguarded), got {timeout!r}")
     return float(timeout)

@@ -154,3 +154,25 @@ def test_classes_and_generator_functions_are_refused_as_tools(value, problem):
 
 def test_one_tool_name_as_a_string_is_one_name():
     assert load_toolbox("calculate_math").names == ("calculate_math",)
+
+
+def test_a_wait_the_pipe_cannot_make_is_a_harness_fault_not_the_tools(monkeypatch):
+    """The class of defect 1: whatever the harness's own wait raises (OverflowError for a limit it cannot wait,
+    OSError for a broken pipe) stops the step; it never becomes the tool's error observation."""
+    toolbox = Toolbox()
+    toolbox.execute("calculate_math", {"expression": "1+1"})  # the worker is up
+    for error in (OverflowError("timeout value is too large"), OSError("broken pipe")):
+        def broken_poll(timeout, error=error):
+            raise error
+
+        monkeypatch.setattr(type(toolbox._process._connection), "poll", lambda self, timeout: broken_poll(timeout))
+        with pytest.raises(tool_process.ToolHarnessError, match="could not wait for the tool worker"):
+            toolbox.execute("calculate_math", {"expression": "1+1"})
+        monkeypatch.undo()
+        assert toolbox.execute("calculate_math", {"expression": "2+2"}).result == {"result": "4"}
+
+
+def test_a_timeout_may_be_any_real_number_type():
+    import numpy
+
+    assert Toolbox(timeout=numpy.float32(0.5)).timeout == 0.5
