@@ -139,6 +139,12 @@ class ToolProcess:
                 return answer[1]
             raise ToolRaised(answer[1], answer[2])
 
+    def __getstate__(self) -> dict:  # a copy (pickle, deepcopy) gets the tools, and starts its own worker
+        return {"runners": self._runners}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["runners"])
+
     def __del__(self):
         process = self._process
         if process is not None and process.is_alive():

@@ -176,3 +176,15 @@ def test_a_timeout_may_be_any_real_number_type():
     import numpy
 
     assert Toolbox(timeout=numpy.float32(0.5)).timeout == 0.5
+
+
+def test_a_copied_toolbox_gets_its_own_worker():
+    """A deep copy (a trainer's or a rollout's) must not share, or fail to copy, the worker and its lock."""
+    import copy
+
+    toolbox = Toolbox()
+    toolbox.execute("calculate_math", {"expression": "1+1"})
+    for clone in (copy.deepcopy(toolbox),):
+        assert clone._process.pid is None and clone.names == toolbox.names
+        assert clone.execute("calculate_math", {"expression": "6*7"}).result == {"result": "42"}
+        assert clone._process.pid not in (None, toolbox._process.pid)
