@@ -273,3 +273,30 @@ def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, ca
         for _ in range(2):
             rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
     assert caplog.text.count("the prompts offer 'search_web', which the toolbox") == 1
+
+
+def test_processes_generating_together_all_stop_once_no_process_has_a_rollout_going(tokenizer):
+    """The collective path (vLLM, ZeRO-3, FSDP on several processes): each turn the processes agree on the most
+    rollouts any has going; at 0 every process leaves the loop at the same turn instead of stepping through
+    `max_turns` empty turns."""
+    from types import SimpleNamespace
+
+    from minimind_trl.agent.rollout import lockstep_generator
+
+    gathered = []
+
+    class Accelerator:
+        num_processes, device = 2, "cpu"
+
+        def gather(self, count):
+            gathered.append(int(count.item()))
+            return torch.cat([count, torch.zeros_like(count)])  # the other process has nothing going
+
+    trainer = SimpleNamespace(accelerator=Accelerator(), use_vllm=True, is_fsdp_enabled=False,
+                              processing_class=tokenizer)
+    done = tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS]
+    generate = lockstep_generator(trainer, lambda contexts: ([done for _ in contexts], None))
+    rollout = AgentRollout(Toolbox(), max_turns=64)
+    prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "hi"}]
+    rollout.run([rollout.start(tokenizer, prompt, False, {}) for _ in range(2)], tokenizer, generate, {})
+    assert gathered == [2, 0]
