@@ -6,6 +6,8 @@ Importing the package registers MiniMind with transformers' Auto classes, so
 gives PEFT MiniMind's default LoRA targets, so `LoraConfig()` without `target_modules` works on MiniMind.
 """
 
+import warnings
+
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -31,6 +33,11 @@ from .models.minimind.modeling_minimind import (
 )
 
 __version__ = "0.1.0"
+
+# TRL warns that the installed vLLM is outside the range it tested each time `is_vllm_available()` runs, with the
+# caller as the location: about 20 call sites, five warnings in a run. Shown once per process.
+TRL_VLLM_VERSION_WARNING = "TRL currently supports vLLM versions"
+warnings.filterwarnings("once", message=TRL_VLLM_VERSION_WARNING, category=UserWarning)
 
 _AUTO_CLASSES = {
     "AutoModel": (AutoModel, MiniMindModel),

@@ -109,6 +109,9 @@ def jsonl_records(path: Path) -> Iterator[tuple[str, Mapping | RLAIFDataError]]:
             except json.JSONDecodeError as error:
                 yield where, RLAIFDataError(f"{where}: malformed JSON ({error.msg} at column {error.colno})")
                 continue
+            except ValueError as error:  # an integer over Python's 4300-digit limit for str <-> int
+                yield where, RLAIFDataError(f"{where}: a number JSON reading refuses ({error})"[:300])
+                continue
             if not isinstance(record, Mapping) or "conversations" not in record:
                 yield where, RLAIFDataError(f"{where}: no 'conversations' field")
                 continue

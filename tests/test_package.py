@@ -113,3 +113,21 @@ def test_every_module_imports_alone():
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "failed: []" in result.stdout
+
+
+def test_trls_vllm_version_warning_is_shown_once_per_process():
+    """Issue 42: TRL's "supports vLLM 0.22-0.31" warning came five times a run, once per calling line. Run in a fresh
+    interpreter: pytest resets the warning filters around each test."""
+    import subprocess
+    import sys
+
+    script = (
+        "import warnings, minimind_trl\n"
+        "text = minimind_trl.TRL_VLLM_VERSION_WARNING + ' from 0.22.0 to 0.31.0. You have version 9.9.9 installed.'\n"
+        "def one():\n    warnings.warn(text, stacklevel=2)\n"
+        "def another():\n    warnings.warn(text, stacklevel=2)\n"
+        "one()\nanother()\none()\n"  # three calling lines: Python's default filter would show it twice
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("TRL currently supports vLLM versions") == 1, result.stderr

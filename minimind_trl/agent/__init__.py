@@ -3,8 +3,9 @@
 * `data`: upstream's `agent_rl.jsonl` rows as a TRL dataset (`prompt`, `tools`, `gt`) and the helpers that give back
   upstream's Python values;
 * `parsing`: `<tool_call>` blocks and a turn's thought and answer, read as upstream reads them;
-* `tools`, `mock_tools`, `safe_math`: upstream's six mock tools (without `eval`), a user's own tools, and a
-  `Toolbox` that runs calls without ever stopping the run;
+* `tools`, `mock_tools`, `safe_math`, `tool_process`: upstream's six mock tools (without `eval`), a user's own
+  tools, and a `Toolbox` that runs calls in a worker process killed at the time limit; what a tool does never stops
+  the run, a fault of that harness (`ToolHarnessError`) does;
 * `reward`: upstream's agent reward as one TRL reward function, every term logged;
 * `rollout`: upstream's multi-turn tool loop as TRL's `rollout_func` (`AgentRollout`);
 * `recipe`: a recipe's `rollout: agent`, checked and built for `minimind-trl grpo`.
@@ -25,6 +26,7 @@ from .data import (
 from .parsing import answer_tool_calls, call_name_and_arguments, parse_tool_calls, split_turn, turn_answer
 from .reward import TERMS, AgentReward, transcript_terms, verified_gt
 from .rollout import AgentRollout, observation_ids, pack_rollout
+from .tool_process import ToolHarnessError
 from .tools import (
     OBSERVATION_LIMIT,
     TOOL_NOT_FOUND,
@@ -45,6 +47,7 @@ __all__ = [
     "AgentReward",
     "AgentRollout",
     "Tool",
+    "ToolHarnessError",
     "ToolOutcome",
     "Toolbox",
     "answer_tool_calls",

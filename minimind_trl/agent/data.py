@@ -24,6 +24,7 @@ row whose answer needs no tool). Errors name the file and line (or row), the tur
 """
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -104,13 +105,27 @@ def _message(turn: Any, where: str) -> dict:
 def _gt(record: Mapping, where: str) -> list:
     if "gt" not in record or record["gt"] is None:
         raise AgentDataError(f"{where}: no 'gt' (the expected tool results; use [] when the answer needs no tool)")
-    gt = record["gt"]
+    return check_gt(record["gt"], where)
+
+
+def check_gt(gt: Any, where: str) -> list:
+    """A `gt` value: a list of strings and finite numbers (`AgentDataError` naming `where` otherwise)."""
     if not isinstance(gt, list):
         raise AgentDataError(f"{where}: 'gt' must be a list, got {type(gt).__name__} {gt!r}"[:300])
     for index, item in enumerate(gt):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise AgentDataError(f"{where}: gt item {index} must be a string or a number, got {item!r}"[:300])
+        if not isinstance(item, str) and not _finite_number(item):
+            raise AgentDataError(f"{where}: gt item {index} is {str(item)[:40]}, not a finite number a text can state "
+                                 "(NaN, an infinity or an integer beyond a float's range); write it as a string")
     return gt
+
+
+def _finite_number(value: int | float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def agent_row(record: Mapping, where: str) -> dict:
@@ -164,6 +179,26 @@ def load_agent_dataset(
 # --------------------------------------------------------------------------- back to upstream's values
 
 
+def decode_batch_column(values: Sequence, key: str) -> list:
+    """A reward batch's `tools` or `gt` column decoded and checked, for rows a user built by hand (the loader
+    checked its own): a value that is not JSON, or not what the column holds, is an `AgentDataError` naming the
+    batch row and the column."""
+    decoded = []
+    for row, value in enumerate(values):
+        where = f"the reward's batch row {row}, column {key!r}"
+        try:
+            item = decode_gt(value) if key == "gt" else decode_tools(value)
+        except (TypeError, ValueError) as error:
+            raise AgentDataError(f"{where}: not JSON text of a list ({error}): {str(value)[:80]!r}") from error
+        if key == "gt":
+            check_gt(item, where)
+        elif item is not None:
+            check_tools(item, where)
+        decoded.append(item)
+    return decoded
+
+
+
 def decode_tools(value: Any) -> list[dict] | None:
     """A `tools` value as upstream's rollout and reward use it: the JSON column decoded; a list as it is; None."""
     return json.loads(value) if isinstance(value, str) else value
@@ -215,7 +250,9 @@ __all__ = [
     "COLUMNS",
     "AgentDataError",
     "agent_row",
+    "check_gt",
     "check_tools",
+    "decode_batch_column",
     "decode_gt",
     "decode_tools",
     "load_agent_dataset",

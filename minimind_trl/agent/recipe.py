@@ -9,7 +9,8 @@ import logging
 
 from ..errors import RecipeError
 from ..prompt_rendering import OPEN_THINKING_KWARG
-from .rollout import AgentRollout, observation_ids, render_text
+from .data import decode_tools, tool_names
+from .rollout import DEFAULT_MAX_TOOL_OUTPUT, AgentRollout, observation_ids, render_text
 from .tools import recipe_toolbox
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,23 @@ def check_agent_tokenizer(tokenizer, thinking_ratio: float | None = None, templa
             )
 
 
+def check_offered_tools(dataset, toolbox, source) -> None:
+    """Refuse data whose rows offer tools the toolbox lacks: every call of one would get "tool not found" and be
+    scored invalid, training the policy away from a tool its prompt shows. Names the tools and the rows."""
+    missing: dict[str, list[int]] = {}
+    for index, tools in enumerate(dataset["tools"]):
+        for name in sorted(tool_names(decode_tools(tools)) - set(toolbox.names)):
+            missing.setdefault(name, []).append(index)
+    if missing:
+        listed = "; ".join(f"{name!r} (rows {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''} of "
+                           f"{len(dataset)})" for name, rows in missing.items())
+        raise RecipeError(
+            f"{source}: its rows' tool schemas offer tools agent_tools does not run: {listed}. Every call of them "
+            f"would get {{\"error\": \"tool not found\"}} and count as invalid. Add them to agent_tools (a mock's name or "
+            f"'package.module:function'; agent_tools now: {', '.join(toolbox.names)}) or drop them from the data"
+        )
+
+
 def build_agent_rollout(script_args) -> AgentRollout:
     """The recipe's `AgentRollout`: its tools, turns, length cap and per-rollout thinking draw."""
     return AgentRollout(
@@ -89,7 +107,8 @@ def build_agent_rollout(script_args) -> AgentRollout:
         max_turns=script_args.agent_max_turns,
         max_total_length=script_args.agent_max_total_length,
         thinking_ratio=script_args.thinking_ratio,
+        max_tool_output=getattr(script_args, "agent_max_tool_output", DEFAULT_MAX_TOOL_OUTPUT),
     )
 
 
-__all__ = ["build_agent_rollout", "check_agent_recipe", "check_agent_tokenizer"]
+__all__ = ["build_agent_rollout", "check_agent_recipe", "check_agent_tokenizer", "check_offered_tools"]

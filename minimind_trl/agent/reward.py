@@ -39,7 +39,7 @@ from typing import Any
 from ..rewards.minimind3_rewards import reward_model_messages, trigram_repetition_penalty
 from ..rewards.reward_model import Scorer, check_scorer, clip_score, rendered_prompt_turns
 from ..rewards.rule_rewards import Conversation, completion_text
-from .data import decode_gt, decode_tools, prompt_messages, tool_names
+from .data import decode_batch_column, prompt_messages, tool_names
 from .parsing import THINK_CLOSE, TOOL_CALL_CLOSE, answer_tool_calls, split_turn, tag_imbalance
 from .tools import Toolbox, recipe_toolbox
 
@@ -212,8 +212,8 @@ class AgentReward:
             raise ValueError(f"got {len(prompts)} prompts but {count} completions")
         turn_outputs = kwargs.get("turn_outputs") or [None] * count
         unfinished = kwargs.get("unfinished") or [False] * count
-        tools = [decode_tools(value) for value in kwargs.get("tools") or [None] * count]
-        gt = [decode_gt(value) for value in kwargs.get("gt") or [None] * count]
+        tools = decode_batch_column(kwargs.get("tools") or [None] * count, "tools")
+        gt = decode_batch_column(kwargs.get("gt") or [None] * count, "gt")
         for key, values in (("turn_outputs", turn_outputs), ("unfinished", unfinished), ("tools", tools), ("gt", gt)):
             if len(values) != count:
                 raise ValueError(f"got {len(values)} {key} values for {count} completions")

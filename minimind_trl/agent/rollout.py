@@ -19,15 +19,21 @@ rollout) and, for the reward functions, `turn_outputs` (each turn's decoded text
 cut from the left to `max_total_length` tokens as upstream's training side cuts it (`pack_rollout`).
 """
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from ..prompt_rendering import OPEN_THINKING_KWARG, check_ratio, keyed_uniform
-from .data import prompt_messages, prompt_tools
+from .data import prompt_messages, prompt_tools, tool_names
 from .parsing import parse_tool_calls
 from .tools import Toolbox
+
+logger = logging.getLogger(__name__)
+
+MAX_TURNS = 64  # generations per rollout: each turn regrows the context (upstream: 3)
+DEFAULT_MAX_TOOL_OUTPUT = 8192  # characters of one turn's tool messages together: four full observations
 
 # TRL's generation step: (context ids per row) -> (new ids per row, EOS included when sampled; log-probs or None)
 TurnGenerator = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]] | None]]
@@ -143,6 +149,9 @@ class AgentRollout:
         thinking_ratio: probability that a rollout opens a thought (`open_thinking=True`; upstream
             `--thinking_ratio`, default 0.1); None: the template's default. Drawn per rollout from
             (`seed`, mode, step, row), so a resumed run makes the uninterrupted run's draws.
+        max_tool_output: characters one turn's tool messages may hold together (each is also cut to 2048, upstream's
+            cut); what is over is cut from the later calls' messages, before the next generation pays for it
+            (upstream has no such cap; its mocks answer in under 200 characters). None: no cap.
     """
 
     def __init__(
@@ -152,9 +161,13 @@ class AgentRollout:
         max_turns: int = 3,
         max_total_length: int | None = 2500,
         thinking_ratio: float | None = None,
+        max_tool_output: int | None = DEFAULT_MAX_TOOL_OUTPUT,
     ):
-        if max_turns < 1:
-            raise ValueError(f"agent max_turns must be at least 1, got {max_turns}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or not 1 <= max_turns <= MAX_TURNS:
+            raise ValueError(f"agent max_turns must be an integer between 1 and {MAX_TURNS}, got {max_turns!r}")
+        if max_tool_output is not None and (isinstance(max_tool_output, bool) or not isinstance(max_tool_output, int)
+                                            or max_tool_output < 1):
+            raise ValueError(f"agent max_tool_output must be a positive number of characters, got {max_tool_output!r}")
         if max_total_length is not None and max_total_length < 2:
             raise ValueError(f"agent max_total_length must be at least 2 tokens, got {max_total_length}")
         if thinking_ratio is not None:
@@ -163,11 +176,14 @@ class AgentRollout:
         self.max_turns = max_turns
         self.max_total_length = max_total_length
         self.thinking_ratio = thinking_ratio
+        self.max_tool_output = max_tool_output
+        self._warned_tool_output = False
+        self._warned_tools: set[str] = set()
         self._calls: dict[str, tuple[int, int]] = {}  # mode -> (global step, calls made at it): keys the draws
 
     def __repr__(self) -> str:
         return (f"AgentRollout({self.toolbox!r}, max_turns={self.max_turns}, max_total_length={self.max_total_length}, "
-                f"thinking_ratio={self.thinking_ratio})")
+                f"thinking_ratio={self.thinking_ratio}, max_tool_output={self.max_tool_output})")
 
     # --- TRL's entry point ---------------------------------------------------------------------------------
 
@@ -217,12 +233,18 @@ class AgentRollout:
     def run(self, transcripts: list[Transcript], tokenizer, generate: TurnGenerator, template_kwargs) -> bool:
         """Every turn of every rollout: one batched generation per turn over the rollouts still going (every turn
         is visited, so processes stay in step; see `lockstep_generator`). Returns whether the generator gave
-        log-probs for every sampled token."""
+        log-probs for every sampled token. Stops once every rollout has ended (on every process, where the generation
+        is collective)."""
         eos_ids = {tokenizer.eos_token_id}
         has_logprobs = True
+        self.warn_unknown_tools(transcripts)
         for turn in range(self.max_turns):
             active = [t for t in transcripts if not t.done]
+            if not active and not getattr(generate, "collective", False):
+                break
             new_ids, new_logps = generate([t.context_ids for t in active])
+            if getattr(generate, "all_ended", False):  # no process has a rollout going
+                break
             has_logprobs = has_logprobs and (new_logps is not None or not active)
             for index, transcript in enumerate(active):
                 logps = new_logps[index] if new_logps is not None else None
@@ -249,7 +271,7 @@ class AgentRollout:
         transcript.tool_calls += len(calls)
         transcript.tool_failures += sum(outcome.error is not None for outcome in outcomes)
         last = turn == self.max_turns - 1
-        contents = [outcome.observation for outcome in outcomes]
+        contents = self.capped([outcome.observation for outcome in outcomes])
         transcript.messages.append({"role": "assistant", "content": text})
         transcript.messages += [{"role": "tool", "content": content} for content in contents]
         observation = observation_ids(tokenizer, contents, generation_prompt=not last,
@@ -260,6 +282,32 @@ class AgentRollout:
         transcript.ended_with_eos = False
         transcript.unfinished = last
         transcript.done = last
+
+    def warn_unknown_tools(self, transcripts: list[Transcript]) -> None:
+        """Warn once per name about a tool a prompt offers that the toolbox does not run (every call of it gets the
+        error observation and counts as invalid; `minimind-trl grpo` refuses such data before training)."""
+        offered = set().union(*(tool_names(t.tools) for t in transcripts)) if transcripts else set()
+        unknown = sorted(offered - set(self.toolbox.names) - self._warned_tools)
+        if unknown:
+            self._warned_tools.update(unknown)
+            logger.warning("agent rollout: the prompts offer %s, which the toolbox (%s) does not run: every call of "
+                           "them gets the error observation and counts as invalid (warned once per tool)",
+                           ", ".join(map(repr, unknown)), ", ".join(self.toolbox.names))
+
+    def capped(self, contents: list[str]) -> list[str]:
+        """A turn's tool messages cut to `max_tool_output` characters together, the later ones first."""
+        if self.max_tool_output is None or sum(map(len, contents)) <= self.max_tool_output:
+            return contents
+        if not self._warned_tool_output:
+            logger.warning("agent rollout: one turn's %d tool calls answered %d characters, over agent_max_tool_output="
+                           "%d; the later calls' messages are cut (warned once)", len(contents),
+                           sum(map(len, contents)), self.max_tool_output)
+            self._warned_tool_output = True
+        left, cut = self.max_tool_output, []
+        for content in contents:
+            cut.append(content[:left])
+            left -= len(cut[-1])
+        return cut
 
     def outputs(self, transcripts: list[Transcript], eos_token_id: int, has_logprobs: bool) -> dict:
         """TRL's rollout output: the packed sequences, and the fields the agent reward reads."""
@@ -295,11 +343,13 @@ def lockstep_generator(trainer, generate: TurnGenerator) -> TurnGenerator:
         count = torch.tensor([len(contexts)], device=trainer.accelerator.device)
         most = int(trainer.accelerator.gather(count).max().item())
         if most == 0:
+            step.all_ended = True  # every process sees it at the same turn: they all stop
             return [], None
         filler = contexts[0] if contexts else [trainer.processing_class.eos_token_id]
         ids, logps = generate(contexts + [filler] * (most - len(contexts)))
         return ids[: len(contexts)], (logps[: len(contexts)] if logps is not None else None)
 
+    step.collective, step.all_ended = collective, False
     return step
 
 

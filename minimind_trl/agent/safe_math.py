@@ -9,9 +9,12 @@ parsed expression instead and allows only what arithmetic needs:
 * `math.<name>` constants (`math.pi`, `math.e`, ...) and calls of `math` functions with numeric arguments.
 
 Everything else (other names, attribute access, strings, containers, comparisons, lambdas, subscripts) raises
-`UnsafeExpression`. The work is bounded: every integer the evaluation produces has at most `MAX_INT_BITS` bits,
-and `**`, `math.factorial`, `math.comb` and `math.perm` are refused before they would compute one that is larger
-(float arithmetic is constant-time, and overflows raise). The bound is far above what upstream can print: CPython
+`UnsafeExpression`. The work is bounded: every integer the evaluation produces has at most `MAX_INT_BITS` bits.
+Every allowed operation that can produce an integer has an upper estimate of its result's bits computed from its
+operands *before* it runs (`BINARY_BITS`, `UNARY_BITS`, `CALL_BITS`: `+ - * // % **`, `~ -`, `math.lcm`, `gcd`,
+`factorial`, `comb`, `perm`, `isqrt`, `floor`, `ceil`, `trunc`), and is refused when the estimate exceeds the
+bound, so no oversized integer is ever built (float arithmetic is constant-time, and overflows raise). The tool's
+time limit holds besides: the toolbox runs tools in a worker process it kills at the limit (`tool_process.py`). The bound is far above what upstream can print: CPython
 3.11 refuses `str()` of an int over 4300 digits (about 14,300 bits), so upstream's `10**5000` fails at `str()`,
 as it fails here; larger values fail here before they are computed, with the same outcome for the tool.
 
@@ -57,16 +60,9 @@ def _check_int(value: Any) -> Any:
     return value
 
 
-def _int_bits_bound(base: int, exponent: int) -> float:
-    """An upper estimate of the bits of `base ** exponent` (exponent > 0)."""
-    magnitude = abs(base)
-    return 0.0 if magnitude <= 1 else exponent * math.log2(magnitude)
-
-
-def _check_power(base: Any, exponent: Any) -> None:
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
-        if _int_bits_bound(base, exponent) > MAX_INT_BITS:
-            raise UnsafeExpression(f"an integer power over the {MAX_INT_BITS}-bit bound")
+def _bits(value: Any) -> int:
+    """Bits of an integer operand (0 for a float, a complex or None: they never grow an integer)."""
+    return value.bit_length() if isinstance(value, int) else 0
 
 
 def _as_count(value: Any) -> float:
@@ -77,19 +73,61 @@ def _as_count(value: Any) -> float:
         return math.inf
 
 
-def _check_math_call(name: str, args: list) -> None:
-    """Refuse the `math` calls whose integer result would exceed the bound (before computing it)."""
-    if name == "factorial" and args:
-        n = _as_count(args[0])
-        if not math.isfinite(n) or (n > 2 and (n + 0.5) * math.log2(n) - n * math.log2(math.e) > MAX_INT_BITS):
-            raise UnsafeExpression("math.factorial over the bound")
-    elif name in ("comb", "perm") and args:
-        n = _as_count(args[0])
-        k = _as_count(args[1]) if len(args) > 1 else n
-        if name == "comb":
-            k = min(k, max(n - k, 0.0))
-        if not math.isfinite(n * k) or (n > 1 and k * math.log2(n) > MAX_INT_BITS):
-            raise UnsafeExpression(f"math.{name} over the bound")
+def _power_bits(base: Any, exponent: Any) -> float:
+    if not (isinstance(base, int) and isinstance(exponent, int)) or exponent <= 0 or abs(base) <= 1:
+        return 1.0  # a float, complex or negative power, or 0/1/-1 to any power (at most one bit)
+    if exponent.bit_length() > 64:
+        return math.inf
+    return math.floor(exponent * math.log2(abs(base))) + 1
+
+
+def _factorial_bits(args: list) -> float:
+    n = _as_count(args[0]) if args else 0.0  # Stirling's upper bound of log2(n!)
+    return (n + 0.5) * math.log2(n) - n * math.log2(math.e) + 3 if n > 2 else 3.0
+
+
+def _comb_perm_bits(name: str, args: list) -> float:
+    n = _as_count(args[0]) if args else 0.0
+    k = _as_count(args[1]) if len(args) > 1 else n
+    if name == "comb":
+        k = min(k, max(n - k, 0.0))
+    return k * math.log2(n) + 1 if n > 1 else 1.0
+
+
+# Upper estimates of the bits of an integer result, from the operands, for every operation that can give one.
+BINARY_BITS: dict[type, Callable[[Any, Any], float]] = {
+    ast.Add: lambda a, b: max(_bits(a), _bits(b)) + 1,
+    ast.Sub: lambda a, b: max(_bits(a), _bits(b)) + 1,
+    ast.Mult: lambda a, b: _bits(a) + _bits(b),
+    ast.Div: lambda a, b: 0,  # a float
+    ast.FloorDiv: lambda a, b: max(_bits(a), _bits(b)) + 1,
+    ast.Mod: lambda a, b: max(_bits(a), _bits(b)) + 1,
+    ast.Pow: _power_bits,
+}
+UNARY_BITS: dict[type, Callable[[Any], float]] = {
+    ast.UAdd: _bits,
+    ast.USub: lambda a: _bits(a) + 1,
+    ast.Invert: lambda a: _bits(a) + 1,
+    ast.Not: lambda a: 1,
+}
+FLOAT_TO_INT_BITS = 1025  # math.floor/ceil/trunc of the largest float
+CALL_BITS: dict[str, Callable[[list], float]] = {
+    "lcm": lambda args: sum(_bits(a) for a in args),
+    "gcd": lambda args: max((_bits(a) for a in args), default=0),
+    "isqrt": lambda args: max((_bits(a) for a in args), default=0),
+    "floor": lambda args: max([FLOAT_TO_INT_BITS, *(_bits(a) for a in args)]),
+    "ceil": lambda args: max([FLOAT_TO_INT_BITS, *(_bits(a) for a in args)]),
+    "trunc": lambda args: max([FLOAT_TO_INT_BITS, *(_bits(a) for a in args)]),
+    "factorial": _factorial_bits,
+    "comb": lambda args: _comb_perm_bits("comb", args),
+    "perm": lambda args: _comb_perm_bits("perm", args),
+}
+
+
+def _check_bound(estimate: float, what: str) -> None:
+    if not estimate <= MAX_INT_BITS:  # also NaN
+        raise UnsafeExpression(f"{what} would give an integer of about {estimate:.0f} bits, over the "
+                               f"{MAX_INT_BITS}-bit bound (refused before computing it)")
 
 
 def _number(value: Any) -> Any:
@@ -113,7 +151,8 @@ def _call(node: ast.Call) -> Any:
         raise UnsafeExpression("argument unpacking is not allowed")
     args = [_operand(arg) for arg in node.args]
     kwargs = {kw.arg: _operand(kw.value) for kw in node.keywords}
-    _check_math_call(name, args)
+    if name in CALL_BITS:
+        _check_bound(CALL_BITS[name](args), f"math.{name}")
     result = MATH_FUNCTIONS[name](*args, **kwargs)
     if isinstance(result, tuple):  # math.frexp, math.modf: printable, but no operand (no tuple arithmetic)
         return tuple(_check_int(_number(part)) for part in result)
@@ -130,11 +169,12 @@ def _eval(node: ast.AST) -> Any:
         return _number(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in BINARY_OPERATORS:
         left, right = _operand(node.left), _operand(node.right)
-        if isinstance(node.op, ast.Pow):
-            _check_power(left, right)
+        _check_bound(BINARY_BITS[type(node.op)](left, right), type(node.op).__name__)
         return _check_int(BINARY_OPERATORS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY_OPERATORS:
-        return UNARY_OPERATORS[type(node.op)](_operand(node.operand))
+        operand = _operand(node.operand)
+        _check_bound(UNARY_BITS[type(node.op)](operand), type(node.op).__name__)
+        return _check_int(UNARY_OPERATORS[type(node.op)](operand))
     if isinstance(node, ast.Call):
         return _call(node)
     if isinstance(node, ast.Attribute):
@@ -153,4 +193,4 @@ def evaluate(expression: str) -> Any:
     return _eval(tree.body)
 
 
-__all__ = ["MATH_CONSTANTS", "MATH_FUNCTIONS", "MAX_INT_BITS", "UnsafeExpression", "evaluate"]
+__all__ = ["BINARY_BITS", "CALL_BITS", "UNARY_BITS", "MATH_CONSTANTS", "MATH_FUNCTIONS", "MAX_INT_BITS", "UnsafeExpression", "evaluate"]

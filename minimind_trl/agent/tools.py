@@ -15,8 +15,9 @@ them and never lets a tool stop the run:
 
 Like upstream, a call runs whichever tool of the toolbox it names, also one the sample's prompt did not offer (the
 reward then counts it as invalid). Upstream guards each call with a 1 s `SIGALRM`, which works only on the main
-thread; here each call runs in its own daemon thread and is abandoned after `timeout` seconds (Python cannot stop
-a thread: a tool that never returns keeps its thread, and the rollout goes on).
+thread; here every call runs in one reused worker process (`tool_process.ToolProcess`), which is killed when a
+call runs past `timeout` seconds, so the limit holds also for work that never releases the GIL. A fault of that
+harness raises `ToolHarnessError`; it is never reported to the model or the reward as the tool failing.
 
 User tools follow TRL's `tools=` convention: Python functions with type hints and a Google-style docstring, called
 with the arguments as keywords; their schema is `transformers.utils.get_json_schema(function)`. A recipe names them
@@ -29,7 +30,8 @@ import functools
 import inspect
 import json
 import logging
-import threading
+import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +40,14 @@ from ..errors import ToolSpecError
 from ..loading_utils import import_object
 from .mock_tools import ARGUMENT_CHECKS, MOCKS, SCHEMAS
 from .parsing import call_name_and_arguments
+from .tool_process import ToolProcess, ToolRaised
 
 logger = logging.getLogger(__name__)
 
 TOOL_NOT_FOUND = '{"error": "tool not found"}'  # upstream's observation for every failed call
 OBSERVATION_LIMIT = 2048  # characters of a tool message (upstream: "防止天文数字撑爆tokenizer")
 DEFAULT_TIMEOUT = 1.0  # seconds, upstream's SIGALRM guard
+MAX_TIMEOUT = 3600.0  # seconds: a longer call would stall every rollout of the step; also pipe waits' own limit
 UPSTREAM_TOOL_NAMES = tuple(SCHEMAS)
 
 
@@ -104,51 +108,61 @@ def _keyword_check(parameters: Mapping, takes_any_keyword: bool) -> Callable[[An
     return check
 
 
+@dataclass(frozen=True)
+class _KeywordCall:
+    """A user's function called with a call's arguments as keywords (a coroutine function run to completion);
+    a class rather than a closure, so the tool can be pickled to a worker process where `fork` is missing."""
+
+    function: Callable
+
+    def __call__(self, arguments: Any) -> Any:
+        if not isinstance(arguments, dict):
+            raise TypeError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+        if inspect.iscoroutinefunction(self.function):
+            return asyncio.run(self.function(**arguments))
+        return self.function(**arguments)
+
+
+def _not_a_tool_function(function: Any) -> str | None:
+    """Why `function` cannot be a tool (its every call would fail or give nothing to show), or None."""
+    if inspect.isclass(function):
+        return "is a class: calling it builds an instance, which is no JSON result; pass a function"
+    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        return "is a generator function: a call gives a generator, which is no JSON result; return the value"
+    if not callable(function):
+        return f"is a {type(function).__name__}, not a function"
+    return None
+
+
 def tool_from_function(function: Callable, name: str | None = None) -> Tool:
     """A user's Python function as a tool (TRL's `tools=` convention): its schema from its type hints and
     Google-style docstring, called with the arguments as keywords (a coroutine function is run to completion).
-    A valid call passes every required argument (not null) and no argument the function does not take."""
+    A valid call passes every required argument (not null) and no argument the function does not take. Classes and
+    generator functions are refused (`ToolSpecError`): every call of them would fail."""
     from transformers.utils import get_json_schema
 
     label = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+    problem = _not_a_tool_function(function)
+    if problem:
+        raise ToolSpecError(f"tool {label} {problem}")
     try:
         schema = get_json_schema(function)
     except Exception as error:  # noqa: BLE001 - transformers raises several parsing exception types
         raise ToolSpecError(f"tool {label}: no JSON schema from its signature and docstring ({error})") from error
     signature = inspect.signature(function)
     takes_any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
-
-    def run(arguments: Any) -> Any:
-        if not isinstance(arguments, dict):
-            raise TypeError(f"arguments must be a JSON object, got {type(arguments).__name__}")
-        if inspect.iscoroutinefunction(function):
-            return asyncio.run(function(**arguments))
-        return function(**arguments)
-
     check = _keyword_check(schema["function"].get("parameters") or {}, takes_any_keyword)
-    return Tool(name or schema["function"]["name"], run, schema, check)
+    return Tool(name or schema["function"]["name"], _KeywordCall(function), schema, check)
 
 
-def _run_in_thread(tool: Tool, arguments: Any, timeout: float) -> Any:
-    """`tool.run(arguments)` in a daemon thread; `TimeoutError` when it has not returned after `timeout` s."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = tool.run(arguments)
-        except Exception as error:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = error
-
-    thread = threading.Thread(target=target, name=f"minimind-tool-{tool.name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"no result after {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    if "result" not in box:
-        raise RuntimeError("the tool ended without a result")
-    return box["result"]
+def check_timeout(timeout: Any, key: str = "timeout") -> float | None:
+    """`timeout` as seconds: None, or a finite number in (0, `MAX_TIMEOUT`]; `ToolSpecError` naming `key`."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) \
+            or not 0 < timeout <= MAX_TIMEOUT:
+        raise ToolSpecError(f"{key} must be seconds in (0, {MAX_TIMEOUT:g}] (or None: unguarded), got {timeout!r}")
+    return float(timeout)
 
 
 class Toolbox:
@@ -156,7 +170,8 @@ class Toolbox:
 
     Args:
         tools: the tools (default: upstream's six mocks); names must be unique.
-        timeout: seconds a call may take (upstream: 1); None runs each call in the caller's thread, unguarded.
+        timeout: seconds a call may take (upstream: 1), at most `MAX_TIMEOUT`; calls run in a reused worker process
+            killed at the limit. None runs each call in the caller's thread, unguarded.
     """
 
     def __init__(self, tools: Iterable[Tool] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
@@ -166,9 +181,8 @@ class Toolbox:
             if tool.name in self.tools:
                 raise ToolSpecError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
-        if timeout is not None and not timeout > 0:
-            raise ToolSpecError(f"tool timeout must be positive seconds (or None), got {timeout!r}")
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout, "tool timeout")
+        self._process = ToolProcess({name: tool.run for name, tool in self.tools.items()})
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -187,17 +201,24 @@ class Toolbox:
         return self.get(name) is not None
 
     def execute(self, name: Any, arguments: Any) -> ToolOutcome:
-        """Run one call (upstream's `execute_tool` plus the observation text); never raises."""
+        """Run one call (upstream's `execute_tool` plus the observation text). What the tool does never raises; a
+        fault of the harness that runs it (`tool_process.ToolHarnessError`) does."""
         tool = self.get(name)
         if tool is None:
             return _failure(f"unknown tool {name!r}")
-        try:
-            result = tool.run(arguments) if self.timeout is None else _run_in_thread(tool, arguments, self.timeout)
-        except TimeoutError as error:
-            logger.warning("tool %s: %s; the call gets an error observation", tool.name, error)
-            return _failure(f"{tool.name} timed out: {error}")
-        except Exception as error:  # noqa: BLE001 - whatever a tool raises becomes an observation
-            return _failure(f"{tool.name} raised {type(error).__name__}: {error}")
+        if self.timeout is None:
+            try:
+                result = tool.run(arguments)
+            except Exception as error:  # noqa: BLE001 - whatever a tool raises becomes an observation
+                return _failure(f"{tool.name} raised {type(error).__name__}: {error}")
+        else:
+            try:
+                result = self._process.call(tool.name, arguments, self.timeout)
+            except TimeoutError as error:
+                logger.warning("tool %s: %s; the call gets an error observation", tool.name, error)
+                return _failure(f"{tool.name} timed out: {error}")
+            except ToolRaised as error:
+                return _failure(f"{tool.name} raised {error}")
         if result is None:
             return _failure(f"{tool.name} returned None")
         try:
@@ -234,6 +255,9 @@ def _tool_from_object(value: Any, spec: str) -> Tool:
     if isinstance(value, Tool):
         return value
     if callable(value):
+        problem = _not_a_tool_function(value)
+        if problem:
+            raise ToolSpecError(f"tool {spec!r} {problem}")
         return tool_from_function(value)
     raise ToolSpecError(f"tool {spec!r} is a {type(value).__name__}, not a function or a Tool")
 
@@ -259,7 +283,10 @@ def resolve_tool(spec: str | Callable | Tool) -> Tool:
 def load_toolbox(
     specs: Sequence[str | Callable | Tool] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
 ) -> Toolbox:
-    """A toolbox from a recipe's list (see `resolve_tool`); None or empty gives upstream's six mocks."""
+    """A toolbox from a recipe's list (see `resolve_tool`); None or empty gives upstream's six mocks. One name given
+    as a string (not a list) is taken as a list of that one name."""
+    if isinstance(specs, str):
+        specs = [specs]
     if not specs:
         return Toolbox(timeout=timeout)
     return Toolbox([resolve_tool(spec) for spec in specs], timeout=timeout)
@@ -290,6 +317,8 @@ def _default_toolbox() -> Toolbox:
 __all__ = [
     "recipe_toolbox",
     "DEFAULT_TIMEOUT",
+    "MAX_TIMEOUT",
+    "check_timeout",
     "OBSERVATION_LIMIT",
     "TOOL_NOT_FOUND",
     "UPSTREAM_TOOL_NAMES",

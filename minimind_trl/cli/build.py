@@ -4,7 +4,8 @@ Runs after the run plan (`run_plan.check_run`), so everything here may load: not
 """
 
 from ..agent.data import load_agent_dataset
-from ..agent.recipe import build_agent_rollout, check_agent_tokenizer
+from ..agent.recipe import build_agent_rollout, check_agent_tokenizer, check_offered_tools
+from ..agent.tools import recipe_toolbox
 from ..data import load_rlaif_dataset
 from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
@@ -70,6 +71,8 @@ def build_from_plan(
     training_args.resume_from_checkpoint = plan.resume_from_checkpoint
     dataset = train_dataset if train_dataset is not None else load_train_dataset(script_args, training_args)
     check_enough_prompts(dataset, training_args, script_args.dataset_name if train_dataset is None else None)
+    if script_args.rollout == "agent":  # before the policy loads: the data is read now
+        check_offered_tools(dataset, recipe_toolbox(script_args), script_args.dataset_name)
     policy = resolve_policy(model_args, script_args, training_args)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
     dataset = render_per_prompt(dataset, tokenizer, script_args, training_args)

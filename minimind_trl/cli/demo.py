@@ -113,6 +113,15 @@ class WarmStart:
         return f" (its cap: the last probe found {share} with {self.layout}, short of the target {target})"
 
 
+def _recipe_values(name: str) -> dict:
+    """A demo recipe's keys and values (the defaults `--help` states, read where they are set)."""
+    import yaml
+
+    from .recipe import resolve_recipe
+
+    return yaml.safe_load(Path(resolve_recipe(name)).read_text(encoding="utf-8"))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = FlagParser(
         prog="minimind-trl demo",
@@ -143,7 +152,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "on the answer - group_zscore advantages, the minimind3_cispo loss and thinking_ratio; "
         "recipes/demo/grpo_minimind3.yaml) (default: minimind2)",
     )
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps, 500)")
+    grpo, agent = (_recipe_values(name) for name in (GRPO_FULL_RECIPE, "demo/agent.yaml"))
+    warm, agent_warm = (_recipe_values(name) for name in (WARM_START_RECIPE, "demo/agent_warm_start.yaml"))
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"GRPO steps (default: the recipe's max_steps: {grpo['max_steps']}; with --agent "
+                        f"{agent['max_steps']}, recipes/demo/agent.yaml's)")
     parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
     parser.add_argument("--output_dir", default=None,
                         help="where outputs go (default: minimind-trl-demo, with --agent minimind-trl-demo-agent)")
@@ -151,8 +164,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warm_start_steps",
         type=int,
         default=None,
-        help="SFT steps on the bundled format examples before GRPO (default: until 8%% of sampled completions "
-        "have the exact layout, at least 60 and at most 120, as recipes/demo/warm_start.yaml says; 0 skips)",
+        help=f"SFT steps before GRPO (default: until {round(100 * warm['target_layout_share'])}%% of sampled completions have "
+        f"the exact layout, at least {warm['min_steps']} and at most {warm['max_steps']}, as "
+        f"recipes/demo/warm_start.yaml says; with --agent until the model copies the numbers of "
+        f"{round(100 * agent_warm['target_copy_share'])}%% of the probe's tool transcripts, at least {agent_warm['min_steps']} "
+        f"and at most {agent_warm['max_steps']}, as recipes/demo/agent_warm_start.yaml says; 0 skips)",
     )
     parser.add_argument(
         "--reward_model_steps",

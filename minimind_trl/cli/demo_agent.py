@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..agent.reward import TERMS
 from . import demo_agent_task as task
 from .demo_progress import quieted, reward_windows
 
@@ -189,7 +190,11 @@ def report_lines(summary: dict, grpo_seconds: float, before: dict, after: dict, 
             f"{summary['reward_first10']:.3f} -> last {window} steps {summary['reward_last10']:.3f} over "
             f"{summary['steps']} steps in {grpo_seconds:.0f}s."
         )
-        lines += [f"  {name}: {a:+.3f} -> {b:+.3f}" for name, (a, b) in summary["terms_first_last"].items() if a or b]
+        terms = summary["terms_first_last"]
+        lines += [f"  {name}: {a:+.3f} -> {b:+.3f}" for name, (a, b) in terms.items() if name in TERMS and (a or b)]
+        if "tool_call_fraction" in terms:  # logged beside the terms, not one of them
+            a, b = terms["tool_call_fraction"]
+            lines.append(f"Share of rollouts calling a tool: {a:.0%} -> {b:.0%} (first vs last {window} steps).")
     lines += [
         "Reward = +0.5 for one valid call (-0.5 per missing or extra call) + 2.5 when the answer after the tool "
         "states its result; an answer without a call gets +0.5 for its length, right or wrong.",

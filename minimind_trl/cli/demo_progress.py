@@ -140,6 +140,20 @@ def term_windows(records: list[dict], window: int = WINDOW) -> dict[str, list[fl
     return result
 
 
+def fit_title(figure, heading, smallest: float = 6.0) -> None:
+    """Shrink the title's font until it lies inside the figure (a long title, centred over the axes, ran past the
+    right edge)."""
+    renderer = figure.canvas.get_renderer()
+
+    def inside() -> bool:
+        box, frame = heading.get_window_extent(renderer), figure.bbox
+        return box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y1 <= frame.y1
+
+    while not inside() and heading.get_fontsize() > smallest:
+        heading.set_fontsize(heading.get_fontsize() - 0.5)
+        figure.tight_layout()
+
+
 def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) -> Path | None:
     """The total reward per step, its 10-step mean and each logged reward term, as a small PNG (written atomically).
 
@@ -177,10 +191,11 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
         low, high = (-3.2, 4.7) if with_model else (0, 1.75)
     # the total is the recipe's weighted sum (the full demo weighs the rule terms 3): keep all of it in view
     axes.set_ylim(min(low, min(rewards) - 0.3), max(high, max(rewards) + 0.3))
-    axes.set_title(title, fontsize=10)
+    heading = axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=7.5, ncol=2)
     figure.tight_layout()
+    fit_title(figure, heading)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     figure.savefig(tmp, format="png")

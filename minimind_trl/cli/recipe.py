@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RecipeError
-from ..trainer.config_ranges import RANGES, check_ranges, range_problem
+from ..trainer.config_ranges import NAMED_VALUES, RANGES, check_ranges, range_problem
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -35,6 +35,13 @@ def make_parser():
     class Parser(TrlParser):
         def error(self, message):  # argparse would print the usage of ~300 options first
             raise RecipeError(f"{message} (minimind-trl grpo --help lists the options)")
+
+        def parse_args_into_dataclasses(self, args=None, **kwargs):
+            # after TrlParser set the recipe's values as defaults: `--key null` sets the default to None
+            args, nulled = null_overrides(list(sys.argv[1:] if args is None else args), nullable_keys(self))
+            if nulled:
+                self.set_defaults(**dict.fromkeys(nulled))
+            return super().parse_args_into_dataclasses(args=args, **kwargs)
 
     return Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
 
@@ -105,6 +112,43 @@ def check_override_ranges(argv: list[str]) -> None:
         problem = range_problem(key, raw)
         if problem is not None:
             raise RecipeError(f"--{name} {raw}: {problem}")
+
+
+NULL_WORDS = ("null", "none", "~")  # YAML's null spellings (and Python's None), case-insensitive
+NULL_MEANINGFUL = {"report_to", *NAMED_VALUES}  # fields where the string "none" has its own meaning
+
+
+def nullable_keys(parser) -> set[str]:
+    """The keys whose field may be None (type `X | None`), but for those where "none" is a value of its own."""
+    import types as pytypes
+    import typing
+
+    return {
+        key for key, annotation in field_types(parser).items()
+        if typing.get_origin(annotation) in (typing.Union, pytypes.UnionType)
+        and type(None) in typing.get_args(annotation) and key not in NULL_MEANINGFUL
+    }  # fmt: skip
+
+
+def null_overrides(argv: list[str], nullable: set[str]) -> tuple[list[str], list[str]]:
+    """`argv` without the `--key null` / `--key=null` / `--key none` of nullable keys, and those keys: on the command
+    line they mean None, as `key: null` does in the YAML (`--reward_model_name_or_path null` unsets the recipe's
+    path)."""
+    kept, nulled, index = [], [], 0
+    while index < len(argv):
+        arg = argv[index]
+        name, equals, inline = arg.removeprefix("--").partition("=")
+        key = name.replace("-", "_")
+        if arg.startswith("--") and key in nullable:
+            value = inline if equals else (argv[index + 1] if index + 1 < len(argv) else None)
+            ends = equals or index + 2 >= len(argv) or argv[index + 2].startswith("--")
+            if value is not None and value.strip().lower() in NULL_WORDS and ends:
+                nulled.append(key)
+                index += 1 if equals else 2
+                continue
+        kept.append(arg)
+        index += 1
+    return kept, nulled
 
 
 def field_types(parser) -> dict:

@@ -14,7 +14,8 @@ from ..rewards.registry import REWARD_MODEL_TYPES, REWARDS
 from ..trainer.config_ranges import check_ranges
 
 ROLLOUTS = ("single_turn", "agent")
-_AGENT_FIELDS = {"agent_tools": None, "agent_tool_timeout": 1.0, "agent_max_turns": 3, "agent_max_total_length": 2500}
+_AGENT_FIELDS = {"agent_tools": None, "agent_tool_timeout": 1.0, "agent_max_turns": 3, "agent_max_total_length": 2500,
+                 "agent_max_tool_output": 8192}
 
 
 @dataclass
@@ -94,6 +95,9 @@ class GRPOScriptArguments(ScriptArguments):
         agent_max_total_length (`int`, *optional*, defaults to `2500`):
             The agent rollout's training sequence, prompt included, keeps its last this many tokens (upstream
             `--max_total_len`). `None`: no cut.
+        agent_max_tool_output (`int`, *optional*, defaults to `8192`):
+            Characters one turn's tool messages may hold together (each is also cut to 2048, upstream's cut); the
+            later calls' messages are cut to fit, with a warning once. `None`: no cap (upstream).
     """
 
     reward_funcs: list[str] | None = field(
@@ -171,6 +175,9 @@ class GRPOScriptArguments(ScriptArguments):
     agent_max_turns: int = field(default=3, metadata={"help": "Generations per agent rollout (upstream 3)."})
     agent_max_total_length: int | None = field(
         default=2500, metadata={"help": "Tokens an agent rollout keeps for training, from the end (upstream 2500)."}
+    )
+    agent_max_tool_output: int | None = field(
+        default=8192, metadata={"help": "Characters of one turn's tool messages together (upstream: no cap)."}
     )
 
     def __post_init__(self):

@@ -307,7 +307,7 @@ def check_reward_specs(script_args, training_args) -> None:
         raise RewardSpecError(
             f"reward_model_name_or_path={path!r} is set but no reward-model reward ("
             f"{' or '.join(repr(name) for name in REWARD_MODEL_REWARDS)}) is in reward_funcs {names}; add one "
-            "(or drop the path)"
+            "(or drop the path: --reward_model_name_or_path null on the command line, or remove it from the recipe)"
         )
 
 

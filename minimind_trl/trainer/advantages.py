@@ -213,7 +213,7 @@ def estimate_advantages(name: str, rewards: torch.Tensor, num_generations: int, 
     fn = get_adv_estimator(name)
     inputs = AdvantageInputs.from_rewards(rewards, num_generations, process_rows)
     advantages = fn(inputs)
-    who = f"advantage estimator {name!r} ({function_name(fn)})"
+    who = f"advantage estimator {name!r} ({function_name(fn)}; recipe key advantage_estimator)"
     if not isinstance(advantages, torch.Tensor):
         raise ExtensionError(f"{who} returned a {type(advantages).__name__}; expected a tensor of one advantage per "
                              f"completion, shape {tuple(rewards.shape)}")

@@ -12,8 +12,11 @@ the recipe parser (YAML values with file and line, command-line overrides by the
 `check_model_config` for `ModelConfig`. `loss_option_warnings` says what a legal but doubtful combination does.
 """
 
+import functools
 import logging
 import math
+import types
+import typing
 from dataclasses import dataclass, fields
 
 from ..errors import RecipeError
@@ -74,6 +77,7 @@ COUNT = Range(1)
 PROBABILITY = Range(0, 1)
 PORT = Range(1, 65535)
 SEED = Range(0, 2**32 - 1, note="numpy's seed range")
+TIMEOUT = Range(0, 7 * 86400, low_open=True, note="seconds, at most a week (larger values overflow the clocks' limits)")
 
 
 def _unset(rng: Range, note: str = "") -> Range:
@@ -142,13 +146,15 @@ RANGES: dict[str, Range] = {
     "thinking_ratio": _unset(PROBABILITY, "unset: TRL renders the messages"),
     "system_prompt_ratio": PROBABILITY,
     # --- agent rollouts (rollout: agent)
-    "agent_tool_timeout": Range(0, low_open=True, note="seconds a tool call may take"),
-    "agent_max_turns": COUNT,
+    "agent_tool_timeout": Range(0, 3600, low_open=True, note="seconds a tool call may take; a longer one would "
+                                "stall every rollout of the step"),
+    "agent_max_turns": Range(1, 64, note="generations per rollout (upstream 3); each turn regrows the context"),
     "agent_max_total_length": _unset(Range(2), "unset: no cut"),
+    "agent_max_tool_output": _unset(COUNT, "characters of one turn's tool messages; unset: no cap"),
     # --- vLLM
     "vllm_server_port": PORT,
     "vllm_group_port": PORT,
-    "vllm_server_timeout": POSITIVE,
+    "vllm_server_timeout": TIMEOUT,
     "vllm_gpu_memory_utilization": Range(0, 1, low_open=True),
     "vllm_max_model_length": _unset(COUNT, "unset: from the model config"),
     "vllm_tensor_parallel_size": COUNT,
@@ -170,7 +176,7 @@ RANGES: dict[str, Range] = {
     "dataloader_num_workers": Range(0, note="0: load in the main process"),
     "dataloader_prefetch_factor": _unset(COUNT),
     "ddp_bucket_cap_mb": _unset(COUNT),
-    "ddp_timeout": Range(1, note="seconds"),
+    "ddp_timeout": Range(1, 7 * 86400, note="seconds, at most a week (larger values overflow the clocks' limits)"),
     "local_rank": Range(0, special=(-1,), note="-1: not launched distributed (set by the launcher)"),
     # --- the policy
     "native_num_attention_heads": _unset(COUNT, "unset: MiniMind's 8"),
@@ -204,12 +210,33 @@ def range_problem(key: str, value) -> str | None:
     return f"must be {rng.describe()}{note}, got {value!r}" + (", which is not a finite number" if infinite else "")
 
 
+@functools.cache
+def _flag_fields(cls: type) -> dict[str, bool]:
+    """{name: None allowed} of the fields of dataclass `cls` typed `bool` or `bool | None`."""
+    hints = typing.get_type_hints(cls)
+    flags = {}
+    for item in fields(cls):
+        hint = hints.get(item.name)
+        if hint is bool:
+            flags[item.name] = False
+        elif typing.get_origin(hint) in (typing.Union, types.UnionType) and set(typing.get_args(hint)) == {bool,
+                                                                                                          type(None)}:
+            flags[item.name] = True
+    return flags
+
+
 def check_ranges(obj) -> None:
-    """Refuse the first numeric field of dataclass `obj` outside its range, naming it (`RecipeError`)."""
+    """Refuse the first numeric field of dataclass `obj` outside its range, and the first field typed `bool` that
+    holds something else (`share_prompts="yes"` from Python: a string is truthy, so "no" would switch it on),
+    naming it (`RecipeError`)."""
     for item in fields(obj):
         problem = range_problem(item.name, getattr(obj, item.name))
         if problem is not None:
             raise RecipeError(f"{item.name} {problem}")
+    for name, none_allowed in _flag_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if not isinstance(value, bool) and not (none_allowed and value is None):
+            raise RecipeError(f"{name} must be true or false{' (or unset)' if none_allowed else ''}, got {value!r}")
 
 
 CISPO_LOSSES = ("cispo", "minimind3_cispo")

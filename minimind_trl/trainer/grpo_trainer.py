@@ -48,6 +48,7 @@ from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss
 from .policy_losses import upto_first_eos_mask
 from .seam_choice import seam_rows, seam_run_identity
 from .prompt_sharing import shares_prompts, with_shared_prompt
+from .tool_loop_checks import record_unanswered_calls
 from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
 from .vllm_rollouts import (
     check_server_logprobs_mode,
@@ -181,6 +182,12 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
                 return super()._generate_single_turn(*args, **kwargs)
         finally:
             self.model.train(was_training)
+
+    def _tool_call_loop(self, prompts, *args, **kwargs):
+        """TRL's tool loop, then the calls it left unanswered logged and warned about (`tool_loop_checks`)."""
+        result = super()._tool_call_loop(prompts, *args, **kwargs)
+        record_unanswered_calls(self, result[1])
+        return result
 
     # --- advantages ------------------------------------------------------------------------------------
 

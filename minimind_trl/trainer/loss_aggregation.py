@@ -59,13 +59,21 @@ def get_loss_aggregation(name: str) -> LossAggregation:
 
 
 def aggregate(name: str, per_token_loss: torch.Tensor, mask: torch.Tensor, scale: LossScale) -> torch.Tensor:
-    """The mode `name` on one micro-batch, checked where it returns: one scalar tensor."""
+    """The mode `name` on one micro-batch, checked where it returns: one finite scalar tensor, attached to the
+    per-token loss's graph when that has one (a detached loss would end in torch's traceback at `backward`, a NaN or
+    an infinity would train NaN weights with exit 0)."""
     fn = get_loss_aggregation(name)
     loss = fn(per_token_loss, mask, scale)
+    who = f"loss aggregation {name!r} ({function_name(fn)}; recipe key loss_aggregation)"
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise ExtensionError(f"loss aggregation {name!r} ({function_name(fn)}) returned {shape}; expected one "
-                             "scalar tensor (shape ()), the loss to back-propagate")
+        raise ExtensionError(f"{who} returned {shape}; expected one scalar tensor (shape ()), the loss to "
+                             "back-propagate")
+    if per_token_loss.requires_grad and not loss.requires_grad:
+        raise ExtensionError(f"{who} returned a tensor detached from the per-token loss: it would train nothing, "
+                             "and backward() would fail (compute it from per_token_loss with torch operations)")
+    if not torch.isfinite(loss.detach()).all():
+        raise ExtensionError(f"{who} returned {loss.item()}: a NaN or infinite loss makes the weights NaN")
     return loss
 
 

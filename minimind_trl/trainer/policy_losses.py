@@ -98,7 +98,7 @@ def compute_policy_loss(name: str, inputs: PolicyLossInputs) -> tuple[torch.Tens
     """The registered loss `name` on `inputs`: `(per_token_loss (B, T), metrics)`, checked where it returns."""
     fn = get_policy_loss(name)
     result = fn(inputs)
-    who = f"policy loss {name!r} ({function_name(fn)})"
+    who = f"policy loss {name!r} ({function_name(fn)}; recipe key loss_type)"
     per_token_loss, metrics = result if isinstance(result, tuple) and len(result) == 2 else (result, {})
     expected = tuple(inputs.per_token_logps.shape)
     if not isinstance(per_token_loss, torch.Tensor):

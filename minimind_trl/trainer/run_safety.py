@@ -21,6 +21,7 @@ import struct
 import tempfile
 import time
 import zipfile
+from pathlib import Path
 from contextlib import contextmanager
 
 from ..errors import MiniMindTRLError, OutputDirError, ResumeError
@@ -364,6 +365,14 @@ def save_staged(trainer, final: str, save) -> None:
         trainer.accelerator.wait_for_everyone()
 
 
+def _checkpoint_step(checkpoint) -> str:
+    """The optimizer step a checkpoint was saved at (its `trainer_state.json`), or "?" when it says none."""
+    try:
+        return str(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):  # checked elsewhere; here only for the message
+        return "?"
+
+
 @contextmanager
 def guarded_run(args, resume_from_checkpoint, train_dataset=None, inputs=(), run_identity=None):
     """Around `Trainer.train`: refuse a dataset too small for one step, hold the output folder (saving process),
@@ -383,6 +392,8 @@ def guarded_run(args, resume_from_checkpoint, train_dataset=None, inputs=(), run
         check_output_dir(args.output_dir, resume is not None, overwrite, inputs, save_native_pth=native)
         if resume is not None:
             skipped = check_resume_checkpoint(resume, args, run_identity)
+            if args.should_log:
+                logger.warning("resuming from %s (optimizer step %s)", resume, _checkpoint_step(resume))
         elif args.should_save and overwrite:
             clear_old_checkpoints(args.output_dir)
         yield skipped

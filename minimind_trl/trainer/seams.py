@@ -12,6 +12,7 @@ every process imports the module. Every problem is one `ExtensionError` line nam
 reserved for TRL's own code, and a second function under a taken name.
 """
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,15 @@ def function_name(fn: Callable) -> str:
 def is_import_spec(value: str) -> bool:
     """Whether a config value names a function to import (`package.module:function` or `package.module.function`)."""
     return ":" in value or "." in value
+
+
+def _written_in_python(fn: Callable) -> bool:
+    """A Python function, a partial of one, or an instance whose class defines `__call__` in Python."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if inspect.isfunction(target) or inspect.ismethod(target):
+        return True
+    call = getattr(type(target), "__call__", None)
+    return inspect.isfunction(call)
 
 
 @dataclass(frozen=True)
@@ -81,10 +91,19 @@ class Seam:
         self.table.setdefault(value, fn)
 
     def signature_problem(self, fn: Callable) -> str | None:
-        """Why `fn` cannot be called with the seam's positional arguments, or None (also when Python cannot tell)."""
+        """Why `fn` cannot serve the seam, or None: a class, a generator function, a function built into Python or
+        an extension (`os:system`, `builtins:print`: they take any arguments or none readable, and would fail at
+        the first step with a raw `TypeError`), or a function that cannot take the seam's positional arguments."""
+        if inspect.isclass(fn):
+            return "is a class; name a function"
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) or inspect.iscoroutinefunction(fn):
+            return "is a generator or coroutine function; name a plain function that returns its result"
+        if not _written_in_python(fn):
+            return (f"is a {type(fn).__name__} built into Python or an extension, not a function written for this "
+                    "seam; name a Python function")
         try:
             signature = inspect.signature(fn)
-        except (TypeError, ValueError):  # a builtin or extension callable without a readable signature
+        except (TypeError, ValueError):  # a Python callable whose signature Python cannot read
             return None
         try:
             signature.bind(*self.parameters)

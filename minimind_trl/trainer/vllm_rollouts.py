@@ -61,6 +61,37 @@ def check_vllm_policy(model, args) -> None:
         from ..vllm_plugin import native_config
 
         native_config(config)  # VLLMModelError naming the folder and why
+    if args.use_cpu or not torch.cuda.is_available():
+        check_cpu_head_size(config)
+
+
+# vLLM's CPU attention (`CPUAttentionBackend.get_supported_head_sizes`, vllm/v1/attention/backends/cpu_attn.py in
+# vLLM 0.11 to 0.32); asked of vLLM itself when it is installed.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+
+
+def cpu_head_sizes() -> tuple[int, ...]:
+    """The head sizes vLLM's CPU attention runs: the installed vLLM's own list, else `CPU_HEAD_SIZES`."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:  # vLLM not installed (the check runs before `check_extras` names it) or moved
+        return CPU_HEAD_SIZES
+    return tuple(CPUAttentionBackend.get_supported_head_sizes())
+
+
+def check_cpu_head_size(config) -> None:
+    """Refuse, before the engine's minute of start-up, a policy whose attention head size vLLM's CPU attention
+    does not run (it would fail there with vLLM's traceback)."""
+    heads = getattr(config, "num_attention_heads", None)
+    head_size = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
+    supported = cpu_head_sizes()
+    if head_size is not None and head_size not in supported:
+        folder = getattr(config, "_name_or_path", "") or "the policy"
+        raise RecipeError(
+            f"{folder}: use_vllm on CPU needs an attention head size vLLM's CPU attention supports "
+            f"({', '.join(map(str, supported))}); this policy's is {head_size} (hidden_size {config.hidden_size} / "
+            f"{heads} heads, or head_dim). Use a policy with a supported head size, or use_vllm: false."
+        )
 
 
 def check_server_logprobs_mode(server_logprobs_mode: str, args) -> None:
@@ -131,6 +162,8 @@ def _policy_config(model):
 
 
 __all__ = [
+    "CPU_HEAD_SIZES",
+    "check_cpu_head_size",
     "check_server_logprobs_mode",
     "check_vllm_policy",
     "colocated_engine_kwargs",

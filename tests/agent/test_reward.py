@@ -240,3 +240,16 @@ def test_the_trainer_names_the_class_to_pass_instead_of_the_recipe_name():
 
     with pytest.raises(TypeError, match="from minimind_trl.agent import AgentReward"):
         check_trainer_arguments(torch.nn.Linear(1, 1), ["agent_reward"])
+
+
+@pytest.mark.parametrize("gt, message", [
+    ("[1, 2", "batch row 1, column 'gt': not JSON text of a list"),
+    ('["nan", NaN]', "batch row 1, column 'gt': gt item 1 is nan"),
+    ('{"a": 1}', "batch row 1, column 'gt': 'gt' must be a list"),
+])  # fmt: skip
+def test_a_malformed_gt_in_a_hand_built_batch_names_the_row(gt, message):
+    """Issue 42: a bare JSONDecodeError without the row; NaN was counted as stated in 'banana'."""
+    from minimind_trl.errors import AgentDataError
+
+    with pytest.raises(AgentDataError, match=re.escape(message)):
+        AgentReward()(["p", "q"], ["banana", "banana"], gt=['["x"]', gt])

@@ -5,6 +5,7 @@ where it did not (the documented deviation), exactly the sampled tokens plus the
 from that sequence. Then whole steps through the trainer with the real tools and reward: upstream's rewards and
 advantages."""
 
+import json
 import pytest
 import torch
 from agent_fixtures import EOS, ROLLOUTS_FILE, line_count, read_cases, step_trainer, upstream_tokenizer
@@ -213,3 +214,89 @@ def test_each_turn_sees_exactly_the_sequence_so_far(tokenizer):
     assert seen[1] == transcript.prompt_ids + turns[0][:-1] + observation
     assert transcript.response_mask == [1] * (len(turns[0]) - 1) + [0] * len(observation) + [1] * (len(turns[1]) - 1)
     assert isinstance(transcript, Transcript) and transcript.turn_outputs[1] == "5"
+
+
+def test_the_loop_stops_once_every_rollout_has_ended(tokenizer):
+    """Issue 42: with a large turn cap the loop stepped through every empty turn after all rollouts had ended."""
+    prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "hi"}]
+    calls = []
+
+    def engine(contexts):
+        calls.append(len(contexts))
+        return [tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS] for _ in contexts], None
+
+    rollout = AgentRollout(Toolbox(), max_turns=64)
+    transcripts = [rollout.start(tokenizer, prompt, False, {}) for _ in range(3)]
+    rollout.run(transcripts, tokenizer, engine, {})
+    assert calls == [3]
+
+
+@pytest.mark.parametrize("max_turns", [0, 65, 10**9, 2.5, True])
+def test_a_turn_cap_outside_1_to_64_is_refused(max_turns):
+    with pytest.raises(ValueError, match="max_turns must be an integer between 1 and 64"):
+        AgentRollout(Toolbox(), max_turns=max_turns)
+
+
+def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, caplog):
+    """Issue 42: 20 calls in one turn grew the next context from 486 to 28,084 tokens."""
+    prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "2+3?"}]
+    call = '<tool_call>{"name": "calculate_math", "arguments": {"expression": "7**1000"}}</tool_call>'
+    turns = [tokenizer(call * 20, add_special_tokens=False)["input_ids"] + [EOS],
+             tokenizer("5", add_special_tokens=False)["input_ids"] + [EOS]]
+    seen = []
+
+    def engine(contexts):
+        seen.append(contexts[0])
+        return [turns[len(seen) - 1]], None
+
+    rollout = AgentRollout(Toolbox(), max_tool_output=3000)
+    transcript = rollout.start(tokenizer, prompt, False, {})
+    with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
+        rollout.run([transcript], tokenizer, engine, {})
+    tool_text = "".join(m["content"] for m in transcript.messages if m["role"] == "tool")
+    assert len(tool_text) == 3000 and len(transcript.messages) == 2 + 1 + 20
+    assert "over agent_max_tool_output=3000" in caplog.text
+    uncapped = AgentRollout(Toolbox(), max_tool_output=None).capped(["x" * 2048] * 20)
+    assert sum(map(len, uncapped)) == 20 * 2048
+
+
+def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, caplog):
+    """Issue 42: from Python (no recipe check) such a tool trained silently, every call scored invalid."""
+    schema = {"type": "function", "function": {"name": "search_web", "parameters": {"type": "object"}}}
+    prompt = [{"role": "system", "content": "tools", "tools": json.dumps([schema])}, {"role": "user", "content": "q"}]
+
+    def engine(contexts):
+        return [tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS] for _ in contexts], None
+
+    rollout = AgentRollout(Toolbox())
+    with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
+        for _ in range(2):
+            rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
+    assert caplog.text.count("the prompts offer 'search_web', which the toolbox") == 1
+
+
+def test_processes_generating_together_all_stop_once_no_process_has_a_rollout_going(tokenizer):
+    """The collective path (vLLM, ZeRO-3, FSDP on several processes): each turn the processes agree on the most
+    rollouts any has going; at 0 every process leaves the loop at the same turn instead of stepping through
+    `max_turns` empty turns."""
+    from types import SimpleNamespace
+
+    from minimind_trl.agent.rollout import lockstep_generator
+
+    gathered = []
+
+    class Accelerator:
+        num_processes, device = 2, "cpu"
+
+        def gather(self, count):
+            gathered.append(int(count.item()))
+            return torch.cat([count, torch.zeros_like(count)])  # the other process has nothing going
+
+    trainer = SimpleNamespace(accelerator=Accelerator(), use_vllm=True, is_fsdp_enabled=False,
+                              processing_class=tokenizer)
+    done = tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS]
+    generate = lockstep_generator(trainer, lambda contexts: ([done for _ in contexts], None))
+    rollout = AgentRollout(Toolbox(), max_turns=64)
+    prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "hi"}]
+    rollout.run([rollout.start(tokenizer, prompt, False, {}) for _ in range(2)], tokenizer, generate, {})
+    assert gathered == [2, 0]

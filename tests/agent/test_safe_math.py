@@ -3,11 +3,21 @@
 The reference for the allowed expressions is what upstream ran, `eval(expr, {"__builtins__": {}, "math": math})`,
 applied here to this file's own literal expressions (the package never evals)."""
 
+import ast
 import math
+import random
 
 import pytest
 
-from minimind_trl.agent.safe_math import MAX_INT_BITS, UnsafeExpression, evaluate
+from minimind_trl.agent import safe_math
+from minimind_trl.agent.safe_math import (
+    BINARY_BITS,
+    CALL_BITS,
+    MATH_FUNCTIONS,
+    MAX_INT_BITS,
+    UnsafeExpression,
+    evaluate,
+)
 
 UPSTREAM_GLOBALS = {"__builtins__": {}, "math": math}
 
@@ -97,3 +107,61 @@ def test_the_bound_keeps_what_upstream_can_print():
     with pytest.raises(ValueError):  # CPython 3.11 refuses str() beyond 4300 digits, as it did upstream
         str(evaluate("10**5000"))
     assert evaluate("math.comb(10**30, 2)") == math.comb(10**30, 2)  # huge n, small k: cheap, allowed
+
+
+def test_every_math_function_that_can_give_an_integer_has_a_bound_before_it_runs():
+    """A new `math` function returning an int (Python 3.12's `math.sumprod` ...) fails here until it has a bound."""
+    for name, fn in MATH_FUNCTIONS.items():
+        for args in ([3], [7, 3], [12, 18, 4], [2.5]):
+            try:
+                result = fn(*args)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(result, int) and not isinstance(result, bool):
+                assert name in CALL_BITS, f"math.{name} gives an integer without a bound in CALL_BITS"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_bounds_are_upper_bounds_of_the_result(seed):
+    rng = random.Random(seed)
+    operands = [rng.getrandbits(rng.choice([1, 8, 64, 1000, 5000])) * rng.choice([1, -1]) for _ in range(12)]
+    for left in operands:
+        for right in operands:
+            for op, estimate in BINARY_BITS.items():
+                if estimate(left, right) > MAX_INT_BITS:  # refused by the evaluator
+                    continue
+                try:
+                    result = safe_math.BINARY_OPERATORS[op](left, right)
+                except (OverflowError, ZeroDivisionError):  # no integer built
+                    continue
+                if isinstance(result, int):
+                    assert result.bit_length() <= estimate(left, right), (op, left, right)
+    positive = [abs(x) for x in operands] + [rng.randint(0, 3000) for _ in range(6)]
+    for name, estimate in CALL_BITS.items():
+        for args in ([positive[0]], positive[:2], positive[:3], [rng.randint(0, 2000)], [rng.randint(0, 2000), 7]):
+            if estimate(args) > MAX_INT_BITS:  # refused by the evaluator; computing it could take hours
+                continue
+            try:
+                result = MATH_FUNCTIONS[name](*args)
+            except (TypeError, ValueError, OverflowError):
+                continue
+            assert result.bit_length() <= estimate(args), (name, args)
+
+
+@pytest.mark.parametrize("expression", [
+    "math.lcm(" + ", ".join(f"2**131070 - {k}" for k in range(1, 13)) + ")",  # issue 42: a 1,572,840-bit lcm
+    "(2**131000) * (2**131000)",
+    "2**131071 + 2**131071",
+    "-(2**131071) - 2**131071",
+    "2**131072",
+    "math.gcd(2**131071, 2**131071) * 4",
+])  # fmt: skip
+def test_no_operation_builds_an_integer_over_the_bound_before_refusing_it(expression, monkeypatch):
+    built = []
+    monkeypatch.setitem(MATH_FUNCTIONS, "lcm", lambda *args: built.append(args) or math.lcm(*args))
+    real_check = safe_math._check_int
+    monkeypatch.setattr(safe_math, "_check_int", lambda value: built.append(value) if isinstance(value, int) and
+                        value.bit_length() > MAX_INT_BITS else real_check(value))
+    with pytest.raises(UnsafeExpression, match="refused before computing it"):
+        evaluate(expression)
+    assert built == []

@@ -93,6 +93,11 @@ def test_the_recipe_trains_a_demo_sized_minimind3_agent(demo_sized, tmp_path, ca
     [
         (["--agent_max_turns", "0"], "agent_max_turns"),
         (["--agent_tool_timeout", "nan"], "agent_tool_timeout"),
+        (["--agent_tool_timeout", "1.0e10"], "agent_tool_timeout"),  # threading's join overflowed on it
+        (["--agent_max_turns", "1000000000"], "agent_max_turns"),
+        (["--agent_max_tool_output", "0"], "agent_max_tool_output"),
+        # issue 42: the data offers calculate_math, which agent_tools lacks: every call was scored invalid silently
+        (["--agent_tools", "unit_converter"], "offer tools agent_tools does not run: 'calculate_math' (rows 0, 1 of 2)"),
         (["--agent_tools", "no_such_tool"], "no_such_tool"),
         (["--system_prompt_ratio", "0.2"], "system_prompt_ratio"),
         (["--remove_unused_columns", "true"], "remove_unused_columns"),
@@ -123,3 +128,41 @@ def test_a_minimind2_tokenizer_is_refused_for_agent_rollouts_that_open_thoughts(
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "thinking_ratio=0.5" in errors[0] and "open_thinking" in errors[0], err
     assert "Traceback" not in err
+
+
+def documented_rule_only_flags() -> list[str]:
+    """The flags of docs/agent.md's rule-only command after the recipe, the policy and tokenizer paths left out."""
+    text = (REPO_ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
+    lines = text.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ").splitlines()
+    (command,) = [line for line in lines if "agent_rule_reward" in line]
+    words = command.split("#", 1)[0].split()
+    flags = words[words.index("--config") + 2 :]
+    for path_flag in ("--model_name_or_path", "--tokenizer_name_or_path"):
+        index = flags.index(path_flag)
+        del flags[index : index + 2]
+    return flags
+
+
+def test_the_recipe_runs_with_the_rule_only_reward_as_docs_agent_md_shows(demo_sized, tmp_path):
+    """Issue 42: the recipe sets the reward model's path, and `--reward_model_name_or_path null` became the string
+    'null', so the documented rule-only run was refused on a newcomer's first try."""
+    policy, _ = demo_sized
+    flags = documented_rule_only_flags()
+    assert flags == ["--reward_funcs", "agent_rule_reward", "--reward_model_name_or_path", "null"]
+    data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(4))
+    argv = agent_argv(policy, "unused", data, tmp_path / "out")
+    index = argv.index("--reward_model_name_or_path")
+    del argv[index : index + 2]
+    assert cli(argv + flags) == 0
+    state = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert [entry["step"] for entry in state["log_history"] if "rewards/agent_rule_reward/mean" in entry] == [1, 2]
+
+
+@pytest.mark.parametrize("spelling", ["null", "none", "NULL", "~", "None"])
+@pytest.mark.parametrize("key", ["reward_model_name_or_path", "tokenizer_name_or_path", "resume_from_checkpoint",
+                                 "dataset_data_files", "model_name_or_path", "agent_max_total_length"])
+def test_null_on_the_command_line_unsets_an_optional_setting_as_in_the_yaml(key, spelling):
+    parsed = parse_args(["--config", str(RECIPE), "--use_cpu", "true", f"--{key}", spelling])[:3]
+    assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [None]
+    parsed = parse_args(["--config", str(RECIPE), "--use_cpu", "true", f"--{key}={spelling}"])[:3]
+    assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [None]

@@ -143,3 +143,51 @@ def test_held_out_questions_are_never_trained_on_and_numbers_are_one_token():
 def test_a_transcript_is_judged_as_the_reward_reads_it(turns, unfinished, valid, correct):
     verdict = task.judge(turns, unfinished, ["85"], Toolbox())
     assert (verdict.valid_call, verdict.correct) == (valid, correct)
+
+
+def test_the_curves_title_lies_inside_the_figure(tmp_path, monkeypatch):
+    """Issue 42: the agent demo's two-line title ran past the figure's right edge."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from minimind_trl.cli.demo_progress import plot_reward_curve
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    records = [{"step": i, "reward": 0.1 * i, "agent_rule_reward/gt_match": 0.0} for i in range(1, 30)]
+    title = ("minimind-trl demo --agent: GRPO on a 0.53M-parameter MiniMind-3 on CPU (seed 42)\n"
+             "after a 1200-step SFT warm start (40% of it calling the tool)")
+    assert plot_reward_curve(records, tmp_path / "curve.png", title) is not None
+    (figure,) = figures
+    box, frame = figure.axes[0].title.get_window_extent(figure.canvas.get_renderer()), figure.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and box.y1 <= frame.y1, (box, frame)
+
+
+def test_the_tool_call_share_is_not_printed_among_the_reward_terms():
+    """Issue 42: `tool_call_fraction` (logged beside the terms, not one of them) was listed with the terms."""
+    summary = {"reward_window": 10, "reward_first10": -0.1, "reward_last10": 1.5, "steps": 40,
+               "terms_first_last": {"call_gap": [-0.4, 0.5], "gt_match": [0.2, 1.0], "tool_call_fraction": [0.3, 0.9]},
+               "valid_call_rate_before": 0.3, "valid_call_rate_after": 1.0, "correct_answer_rate_before": 0.2,
+               "correct_answer_rate_after": 0.7}  # fmt: skip
+    report = {"verdicts": [], "samples": []}
+    lines = demo_agent.report_lines(summary, 12.0, report, report, [])
+    terms = [line.strip().split(":")[0] for line in lines if line.startswith("  ") and "->" in line
+             and "%" not in line]  # fmt: skip
+    assert terms == ["call_gap", "gt_match"]
+    assert "Share of rollouts calling a tool: 30% -> 90% (first vs last 10 steps)." in lines
+
+
+def test_help_gives_the_agent_modes_own_defaults(capsys):
+    """Issue 42: `demo --help` gave the GRPO demo's --steps and --warm_start_steps defaults for --agent too."""
+    import yaml
+
+    from minimind_trl.cli import demo
+    from minimind_trl.cli.recipe import resolve_recipe
+
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    grpo, warm = (yaml.safe_load(open(resolve_recipe(f"demo/{name}.yaml"))) for name in ("agent", "agent_warm_start"))
+    assert f"with --agent {grpo['max_steps']}, recipes/demo/agent.yaml's" in text
+    assert (f"with --agent until the model copies the numbers of {round(100 * warm['target_copy_share'])}% of the "
+            f"probe's tool transcripts, at least {warm['min_steps']} and at most {warm['max_steps']}") in text

@@ -497,3 +497,23 @@ def test_a_bad_module_function_is_one_line_before_loading(
     code, err = run_main(["--config", recipe], capsys)
     (line,) = [line for line in err.splitlines() if "error:" in line]
     assert code == 2 and f"{key} 'toy_seams_bad:{name}': " in line and problem in line
+
+
+@pytest.mark.parametrize("module, returned, problem", [
+    ("toy_nan_aggregation", "(per_token_loss * mask).sum() * float('nan')", "returned nan"),
+    ("toy_detached_aggregation", "(per_token_loss * mask).sum().detach()", "detached from the per-token loss"),
+])  # fmt: skip
+def test_a_recipes_aggregation_returning_nan_or_a_detached_loss_stops_the_run(tmp_path, policy, data, user_code,
+                                                                                capsys, module, returned, problem):
+    """Issue 42, defect 3: a NaN aggregation trained NaN weights and exited 0; a detached one died in torch's
+    traceback. Now one error line naming the key and the function, exit 2, no final weights."""
+    (user_code / f"{module}.py").write_text(
+        f"def bad(per_token_loss, mask, scale):\n    return {returned}\n", encoding="utf-8"
+    )
+    recipe = tiny_recipe(tmp_path, policy, data, loss_type="minimind3_cispo", advantage_estimator="group_zscore",
+                         epsilon_high=5.0, loss_aggregation=f"{module}:bad")
+    code, err = run_main(["--config", recipe], capsys)
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and f"loss aggregation '{module}:bad'" in line and "recipe key loss_aggregation" in line
+    assert problem in line and "Traceback" not in err
+    assert not (tmp_path / "out" / "model.safetensors").exists()

@@ -96,6 +96,15 @@ def test_nan_infinities_negatives_and_zero_from_the_command_line(field, tmp_path
         assert f"--{field} {value}: must be" in str(caught.value), (field, value, str(caught.value))
 
 
+@pytest.mark.parametrize("field", [field for field in ALL_FIELDS if "timeout" in field] + ["agent_max_turns"])
+def test_every_timeout_and_the_turn_cap_have_an_upper_bound(field, tmp_path):
+    """Finite but absurd values: `1.0e10` s overflowed `threading`'s join (every tool call then failed, exit 0);
+    a billion turns stepped through empty turns for minutes."""
+    base = ["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", "--bf16", "false"]
+    with pytest.raises(RecipeError, match=rf"--{field} 1.0e10: must be (between|in \(0,)"):
+        parse_args([*base, f"--{field}", "1.0e10"])
+
+
 def test_a_recipe_value_outside_its_range_names_the_file_and_line(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("output_dir: out\nuse_cpu: true\nbf16: false\nbeta: .nan\n")
@@ -157,3 +166,12 @@ def test_a_cispo_cap_below_one_warns(settings, warns, caplog):
         MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **settings)
     messages = [record.message for record in caplog.records]
     assert (warns is None and not messages) or (len(messages) == 1 and warns in messages[0]), messages
+
+
+@pytest.mark.parametrize("values", [{"share_prompts": "yes"}, {"share_prompts": "no"}, {"dynamic_sampling": 1},
+                                    {"use_vllm": "false"}, {"bf16": "true"}])
+def test_a_flag_given_something_other_than_true_or_false_is_refused(values):
+    """Issue 42: MiniMindGRPOConfig(share_prompts="yes") was accepted (and "no" would have switched it on)."""
+    (key, value), = values.items()
+    with pytest.raises(RecipeError, match=f"{key} must be true or false.*got {value!r}"):
+        MiniMindGRPOConfig(output_dir="unused", use_cpu=True, **values)

@@ -132,3 +132,23 @@ def test_an_aggregation_that_returns_no_scalar_tensor_is_named(monkeypatch, retu
     scale = LossScale(accumulation_steps=1.0, window_tokens=4.0, max_completion_length=2)
     with pytest.raises(ExtensionError, match="loss aggregation 'test_vector' \\(test_loss_aggregation:.*expected one"):
         aggregate("test_vector", torch.ones(2, 2), torch.ones(2, 2), scale)
+
+
+@pytest.mark.parametrize("returned, problem", [
+    (lambda loss, mask, scale: (loss * mask).sum() * float("nan"), "returned nan"),  # issue 42: trained NaN weights
+    (lambda loss, mask, scale: (loss * mask).sum() * float("inf"), "returned inf"),  # trained with a logged loss of 0
+    (lambda loss, mask, scale: (loss * mask).sum().detach(), "detached from the per-token loss"),
+    (lambda loss, mask, scale: torch.tensor(0.25), "detached from the per-token loss"),
+])  # fmt: skip
+def test_an_aggregation_returning_a_non_finite_or_detached_loss_is_named(monkeypatch, returned, problem):
+    monkeypatch.setitem(LOSS_AGGREGATIONS, "test_bad", returned)
+    scale = LossScale(accumulation_steps=1.0, window_tokens=4.0, max_completion_length=2)
+    per_token = torch.ones(2, 2, requires_grad=True)
+    with pytest.raises(ExtensionError, match=f"loss aggregation 'test_bad' .*recipe key loss_aggregation.*{problem}"):
+        aggregate("test_bad", per_token, torch.ones(2, 2), scale)
+
+
+def test_an_aggregation_on_a_loss_without_a_graph_may_return_a_plain_tensor():
+    """Evaluation runs without gradients: no graph to keep."""
+    scale = LossScale(accumulation_steps=1.0, window_tokens=4.0, max_completion_length=2)
+    assert aggregate("seq-mean-token-mean", torch.ones(2, 2), torch.ones(2, 2), scale).item() == 1.0

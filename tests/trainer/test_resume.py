@@ -107,9 +107,12 @@ def test_the_killed_run_matched_the_straight_run_until_the_kill(runs):
     assert max_abs_diff(before_kill, straight) <= 1e-6
 
 
-def test_resume_after_sigkill_equals_the_uninterrupted_run(runs, monkeypatch):
+def test_resume_after_sigkill_equals_the_uninterrupted_run(runs, monkeypatch, caplog):
     monkeypatch.setenv(PROBE_DIR_ENV, str(runs.killed))
-    assert main(["--config", str(runs.recipe), "--resume_from_checkpoint", "last"]) == 0
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.run_safety"):
+        assert main(["--config", str(runs.recipe), "--resume_from_checkpoint", "last"]) == 0
+    # issue 42: a resume printed nothing about the checkpoint it continued from
+    assert f"resuming from {runs.killed / 'out' / 'checkpoint-2'} (optimizer step 2)" in caplog.text
 
     out = runs.killed / "out"
     resumed = load_file(out / "model.safetensors")

@@ -85,6 +85,12 @@ COLLIDING = {
         ("advantage_estimator", "{toy}:NOT_A_FUNCTION", "is not callable"),
         ("loss_type", "toy_collides_taken:mine", COLLIDING["taken"][1]),
         ("advantage_estimator", "toy_collides_trl:mine", COLLIDING["trl"][1]),
+        # issue 42: these passed the signature check and died at step 1 with a raw TypeError
+        ("loss_type", "os:system", "built into Python or an extension"),
+        ("advantage_estimator", "builtins:print", "built into Python or an extension"),
+        ("loss_aggregation", "builtins:max", "built into Python or an extension"),
+        ("loss_aggregation", "collections:OrderedDict", "is a class"),
+        ("loss_type", "toy_generator_seam:losses", "generator or coroutine function"),
     ],
 )
 def test_each_bad_value_is_one_error_naming_the_key_and_the_value(registries, module_dir, tmp_path, key, value,
@@ -92,6 +98,7 @@ def test_each_bad_value_is_one_error_naming_the_key_and_the_value(registries, mo
     write_toy_seams(module_dir, f"toy_seams_bad_{key}")
     for name, (source, _) in COLLIDING.items():
         (module_dir / f"toy_collides_{name}.py").write_text(source)
+    (module_dir / "toy_generator_seam.py").write_text("def losses(inputs):\n    yield -inputs.per_token_logps\n")
     value = value.format(toy=f"toy_seams_bad_{key}")
     with pytest.raises(ExtensionError) as error:
         config(tmp_path, **{key: value})

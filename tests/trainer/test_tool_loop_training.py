@@ -68,5 +68,28 @@ def test_a_trl_tool_run_trains_the_turn_after_the_tools_result(tmp_path):
         assert mask[end - len(answer) : end] == [1] * len(answer)
         assert not any(mask[len(call) : end - len(answer)]) and not any(mask[end:])
     assert trainer.state.log_history[0]["tools/call_frequency"] > 0
+    assert trainer.state.log_history[0]["tools/unanswered_by_length"] == 0.0
     moved = [not torch.equal(p, q) for p, q in zip(trainer.model.parameters(), initial.parameters())]
     assert all(moved)
+
+
+def test_calls_trl_cuts_for_length_are_logged_and_warned_once(tmp_path, caplog):
+    """Issue 42: with a max_completion_length that holds the call but not its result and an answer, TRL counts the
+    call, drops the result and generates no second turn, silently."""
+    tokenizer = build_minimind_tokenizer(generation="minimind3")
+    call_length = len(tokenizer(CALL, add_special_tokens=False)["input_ids"]) + 1
+    args = grpo_config(
+        tmp_path, max_completion_length=call_length + 2, max_prompt_length=None, max_steps=2, learning_rate=1e-2,
+        save_strategy="no", beta=0.0, loss_type="minimind3_cispo", advantage_estimator="group_zscore",
+        epsilon_high=5.0,
+    )
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 3 times 4?"}]}] * 8)
+    trainer = ScriptedTurns(
+        tiny_model(tokenizer), lambda completions, **kwargs: [float(i % 3) for i in range(len(completions))], args,
+        train_dataset=dataset, processing_class=tokenizer, tools=[multiply],
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="minimind_trl.trainer.tool_loop_checks"):
+        trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "tools/unanswered_by_length" in entry]
+    assert [entry["tools/unanswered_by_length"] for entry in logged] == [1.0, 1.0]
+    assert caplog.text.count("TRL's tool loop left the calls of 8 of 8 completions unanswered") == 1

@@ -17,7 +17,7 @@ from minimind_trl.trainer.vllm_rollouts import (
     rollout_dtype,
 )
 
-SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+SMALL = dict(hidden_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
 
 
 def config(tmp_path, **kwargs) -> MiniMindGRPOConfig:
@@ -71,6 +71,19 @@ def test_minimind2_moe_is_refused_before_vllm_starts(tmp_path):
             check_vllm_policy(model, config(tmp_path, bf16=False, use_vllm=True))
     check_vllm_policy(policy, config(tmp_path, bf16=False))  # without vLLM: nothing to refuse
     check_vllm_policy(MiniMindForCausalLM(MiniMindConfig(**SMALL)), config(tmp_path, bf16=False, use_vllm=True))
+
+
+@pytest.mark.parametrize("shape, head_size", [(dict(hidden_size=64), 16), (dict(hidden_size=32), 8),
+                                              (dict(minimind_generation="minimind3", hidden_size=128, head_dim=48), 48)])
+def test_a_head_size_vllms_cpu_attention_lacks_is_refused_before_the_engine_starts(tmp_path, shape, head_size):
+    """Issue 42: head size 16 (the demo's tiny folders) failed after a minute of engine start-up with vLLM's raw
+    traceback."""
+    policy = MiniMindForCausalLM(MiniMindConfig(**{**SMALL, **shape}))
+    policy.save_pretrained(tmp_path / "tiny")
+    for model in (policy, str(tmp_path / "tiny")):
+        with pytest.raises(RecipeError, match=f"supports \\(32, 64, 80, .*, 256\\); this policy's is {head_size}"):
+            check_vllm_policy(model, config(tmp_path, bf16=False, use_vllm=True))
+    check_vllm_policy(policy, config(tmp_path, bf16=False))  # without vLLM: nothing to refuse
 
 
 def test_server_mode_without_cuda_is_refused(tmp_path):
