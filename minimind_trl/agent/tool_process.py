@@ -12,8 +12,8 @@ process died; `TimeoutError`: it ran past the limit). A fault of this harness it
 pipe breaks while sending) raises `ToolHarnessError`: it is never reported as the tool failing.
 
 Cost: one pipe round trip per call, 0.03 to 0.07 ms on the project's Linux CPU (0.064 ms for a `calculate_math`
-call in a process holding torch and 200 MB of tensors) (`tests/agent/test_tool_process.py` measures it
-and holds it under 20 ms); starting the worker (first call, and after a timeout) is one `fork`, 19 ms there.
+call in a process holding torch and 200 MB of tensors; `benchmarks/tool_call_cost.py` measures it); starting the
+worker (first call, and after a timeout) is one `fork`, 19 ms there.
 """
 
 import logging
