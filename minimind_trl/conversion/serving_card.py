@@ -1,10 +1,10 @@
 """The model card (`README.md`) an export folder carries: what the folder is and how a serving engine runs it, with
 the flags a consumer must pass.
 
-A tokenizer that can serve tool calls (its vocabulary holds `<tool_call>` and `</tool_call>`, which vLLM's `hermes`
-parser looks up, and its chat template renders a request's `tools`) gets the OpenAI-server command with tool
-calling: `vllm serve FOLDER --enable-auto-tool-choice --tool-call-parser hermes` (docs/agent.md#serving). The
-folder's own chat template is used, so no `--chat-template`.
+A tokenizer that can serve tool calls (its vocabulary holds `<tool_call>` and `</tool_call>`, the tags vLLM's
+`hermes` parser reads the calls between, and its chat template renders a request's `tools`) gets the OpenAI-server
+command with tool calling: `vllm serve FOLDER --enable-auto-tool-choice --tool-call-parser hermes`
+(docs/agent.md#serving). The folder's own chat template is used, so no `--chat-template`.
 """
 
 from pathlib import Path
@@ -34,7 +34,7 @@ def model_card(folder: str | Path, fmt: str, architecture: str, tokenizer) -> st
         f"# {name}",
         "",
         f"A MiniMind model exported by minimind-trl as `{architecture}` (`minimind-trl export --format {fmt}`): "
-        "transformers' own class loads it with MiniMind's logits, and so do vLLM and SGLang.",
+        "transformers' own class loads it with MiniMind's logits; vLLM and SGLang look the class up.",
         "",
         "## Serving",
         "",
