@@ -76,3 +76,19 @@ def test_a_written_call_renders_back_as_the_rollout_built_it(example):
     rollout = (render_ids(tokenizer, question.messages(), tools=task.TOOLS, template_kwargs={}) + call_ids
                + observation_ids(tokenizer, [follow[1]["content"]], template_kwargs={}, generation_prompt=True))
     assert rendered == rollout
+
+
+def test_the_saved_folder_carries_what_a_server_needs(example):
+    """A chat template that renders `tools`, `<tool_call>`/`</tool_call>` as single tokens that decoding keeps, and
+    `<|im_end|>` as the generation config's EOS (where a served turn stops)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from minimind_trl.conversion.serving_card import TOOL_CALL_TOKENS, serves_tool_calls
+
+    _, _, folder = example
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert serves_tool_calls(tokenizer)
+    for tag in TOOL_CALL_TOKENS:
+        ids = tokenizer(tag, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and tokenizer.decode(ids, skip_special_tokens=True) == tag
+    assert GenerationConfig.from_pretrained(folder).eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
