@@ -31,7 +31,7 @@ from vllm_support import _vllm_installed  # noqa: F401  (the fixture skips or fa
 
 pytestmark = pytest.mark.vllm
 
-GRPO_STEPS = 40  # calls on every held-out rollout well before; the warm start is most of the ~2 minutes
+GRPO_STEPS = 40  # seed 42: held-out valid calls 24 % -> 100 %, correct 18 % -> 77 %; the warm start is most of it
 QUESTION = "计算 37+48"
 READY_TIMEOUT_S = 600
 BIN = Path(sys.executable).parent
