@@ -100,13 +100,14 @@ def loading_info_problems(info: Mapping[str, list]) -> dict[str, list[str]]:
 
 
 # What `convert`, `export` and `merge-lora` write into an output folder (save_pretrained's model, config and
-# tokenizer files, the modeling code of `auto_map`, the native-policy marker): `--force` replaces a folder holding
-# only such files; anything else in it is the user's, and the folder is refused instead of deleted.
+# tokenizer files, the modeling code of `auto_map`, the native-policy marker, an export's model card `README.md`):
+# `--force` replaces a folder holding only such files; anything else in it is the user's, and the folder is refused
+# instead of deleted.
 MODEL_FOLDER_FILES = re.compile(
     r"^(config\.json|generation_config\.json|(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?|"
     r"(configuration|modeling|tokenization)_\w+\.py|tokenizer(_config)?\.json|tokenizer\.model|"
     r"special_tokens_map\.json|added_tokens\.json|vocab\.json|merges\.txt|chat_template\.(jinja|json)|"
-    r"minimind_source\.json)$"
+    r"minimind_source\.json|README\.md)$"
 )
 
 

@@ -218,7 +218,7 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     from ..models.minimind import MiniMindForCausalLM
     from .build import build_trainer
     from .demo_output_dir import prepare_output_dir
-    from .demo_model import DemoModel, build_model, quiet_libraries, save_folder, save_interrupted
+    from .demo_model import build_model, quiet_libraries, save_folder, save_interrupted
     from .demo_progress import DemoProgress, plot_reward_curve
     from .grpo import run
     from .recipe import parse_recipe
@@ -235,9 +235,9 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     held_out = task.make_questions(args.seed + 1, HELD_OUT_QUESTIONS)
     train = task.make_questions(args.seed, TRAIN_QUESTIONS, exclude={q.expression for q in held_out})
     tokenizer = task.build_agent_tokenizer(train)
-    model = build_model(len(tokenizer), generation="minimind3")
+    spec = task.MODEL
+    model = build_model(len(tokenizer), spec, generation="minimind3")
     params = sum(p.numel() for p in model.parameters())
-    spec = DemoModel()
     print(
         f"Model: MiniMind-3 {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, {params / 1e6:.2f}M "
         f"parameters, vocabulary {len(tokenizer)} (numbers 0-{task.LARGEST_NUMBER} one token each), random init, "

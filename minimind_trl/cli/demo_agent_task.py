@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..agent.mock_tools import SCHEMAS
 from ..agent.parsing import TOOL_CALL_CLOSE, answer_tool_calls, split_turn
 from ..agent.reward import verified_gt
+from .demo_model import DemoModel
 
 TOOL = "calculate_math"
 TOOLS = [SCHEMAS[TOOL]]
@@ -29,6 +30,10 @@ TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_respons
 LARGEST_NUMBER = 999  # every integer up to it is one token
 QUESTIONS = {"zh": "计算 {}", "en": "Compute {}"}  # the expression last: a fixed distance to the call
 ANSWERS = {"zh": "答案是{}。", "en": "The answer is {}."}
+# The GRPO demos' shape with heads of 32 (2 query heads, 1 key/value head: the same parameter count as their 4 heads
+# of 16 over 2 key/value heads): vLLM's CPU attention refuses a head size of 16, and the agent demo's model is the
+# one docs/agent.md serves with `vllm serve`.
+MODEL = DemoModel(num_attention_heads=2, num_key_value_heads=1)
 
 
 @dataclass(frozen=True)

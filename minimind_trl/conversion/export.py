@@ -39,6 +39,7 @@ from .export_gguf import check_gguf_output
 from .export_native import check_native_outputs, export_native
 from .export_source import TOKENIZER_FILES, load_minimind_folder
 from .native_config import native_sidecar_path
+from .serving_card import model_card
 
 FORMATS = ("native", "llama", "qwen3", "qwen3_moe", "gguf")
 VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
@@ -86,7 +87,8 @@ def export_hf(
     force: bool = False,
     verify: bool = True,
 ) -> Path:
-    """Write `model` as a `fmt` folder (config, safetensors, generation config, tokenizer), atomically.
+    """Write `model` as a `fmt` folder (config, safetensors, generation config, tokenizer, a model card naming the
+    `vllm serve` flags: `serving_card`), atomically.
 
     With `verify`, the folder is loaded with transformers' own class before it is moved into place: strict
     (no missing/unexpected/mis-shaped keys) and with fp32 logits within `VERIFY_ATOL` of MiniMind's.
@@ -111,6 +113,8 @@ def export_hf(
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
+        card = model_card(output_dir, fmt, target_config.architectures[0], tokenizer)
+        (folder / "README.md").write_text(card, encoding="utf-8")
         if verify:
             verify_export(model, folder, fmt, dtype)
 
