@@ -116,3 +116,19 @@ def either_cpu_choice(request, cpu_machine):
     """The test runs twice: on a CPU that chooses fp32 (AVX2, or bf16 slower than fp32) and on one that chooses bf16
     (Zen 4, AMX), whatever this machine's own choice is. Returns the choice (`cpu_precision.CpuPrecision`)."""
     return cpu_machine(request.param == "bf16")
+
+
+@pytest.fixture
+def device() -> str:
+    """The device the `gpu` tests (tests/gpu) run their bodies on: `MINIMIND_TEST_DEVICE` (default `cuda`), skipping,
+    and saying why, where that is CUDA and no CUDA device is visible. `MINIMIND_TEST_DEVICE=cpu` runs the same bodies
+    on CPU at the same sizes (how each was seen to fail with its guarded behaviour broken; `gpu_check.sh --cpu`).
+    Here, not in a tests/gpu/conftest.py: the test modules import `conftest` by name (rootdir imports), and a second
+    conftest module would shadow this one for every test collected after tests/gpu."""
+    name = os.environ.get("MINIMIND_TEST_DEVICE", "cuda")
+    if name == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device (MINIMIND_TEST_DEVICE=cpu runs this body on CPU)")
+    return name

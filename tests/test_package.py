@@ -131,3 +131,11 @@ def test_trls_vllm_version_warning_is_shown_once_per_process():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("TRL currently supports vLLM versions") == 1, result.stderr
+
+
+def test_the_test_tree_has_one_conftest():
+    """Test modules import `conftest` by name (`from conftest import SHARED`, rootdir imports): a second conftest.py
+    under tests/ becomes the module of that name once pytest collects it, and every module collected after it fails
+    to import (CI's whole suite stopped at collection so). Shared fixtures go in tests/conftest.py."""
+    tests = Path(__file__).resolve().parent
+    assert sorted(str(path.relative_to(tests)) for path in tests.rglob("conftest.py")) == ["conftest.py"]
