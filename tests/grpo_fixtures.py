@@ -372,3 +372,20 @@ def multiply(a: int, b: int) -> int:
         b: The second integer.
     """
     return a * b
+
+
+def fixed_generation(trainer, tokenizer, length: int, seed: int = 3) -> None:
+    """Replace the trainer's sampling by fixed completions of `length` tokens (EOS at varied places, in every third
+    row), the same sequence of batches in every trainer built so: two trainers then score identical rollouts."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completions = torch.randint(3, len(tokenizer), (len(prompt_ids), length), generator=generator).tolist()
+        for row, ids in enumerate(completions):
+            if row % 3 == 0:
+                ids[row % length :] = [tokenizer.eos_token_id]
+        return completions, None
+
+    trainer._generate_single_turn = generate

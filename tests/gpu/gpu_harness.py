@@ -5,6 +5,7 @@ import copy
 import os
 
 import torch
+from grpo_fixtures import fixed_generation as shared_fixed_generation
 
 DEVICE_ENV = "MINIMIND_TEST_DEVICE"
 GENERATIONS = 4
@@ -74,16 +75,7 @@ def move_away_from_reference(trainer, scale: float = 0.02, seed: int = 5) -> Non
 
 def fixed_generation(trainer, tokenizer, seed: int = 3):
     """Sampling replaced by the same fixed completions (EOS at varied places) in every trainer."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        completions = torch.randint(3, len(tokenizer), (len(prompt_ids), COMPLETION), generator=generator).tolist()
-        for row, ids in enumerate(completions):
-            if row % 3 == 0:
-                ids[row % COMPLETION :] = [tokenizer.eos_token_id]
-        return completions, None
-
-    trainer._generate_single_turn = generate
+    shared_fixed_generation(trainer, tokenizer, COMPLETION, seed)
 
 
 def batch() -> list[dict]:

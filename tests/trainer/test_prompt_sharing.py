@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from datasets import Dataset
+from grpo_fixtures import fixed_generation as shared_fixed_generation
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
@@ -66,16 +67,7 @@ def build(tokenizer, tmp_path, model, peft_config=None, **overrides) -> MiniMind
 
 def fixed_generation(trainer, tokenizer):
     """Sampling replaced by fixed completions (EOS at varied places), the same for every call."""
-    generator = torch.Generator().manual_seed(3)
-
-    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        completions = torch.randint(3, len(tokenizer), (len(prompt_ids), COMPLETION), generator=generator).tolist()
-        for row, ids in enumerate(completions):
-            if row % 3 == 0:
-                ids[row % COMPLETION :] = [tokenizer.eos_token_id]
-        return completions, None
-
-    trainer._generate_single_turn = generate
+    shared_fixed_generation(trainer, tokenizer, COMPLETION)
 
 
 def attention_calls(trainer) -> list:
