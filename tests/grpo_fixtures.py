@@ -389,3 +389,11 @@ def fixed_generation(trainer, tokenizer, length: int, seed: int = 3) -> None:
         return completions, None
 
     trainer._generate_single_turn = generate
+
+
+UNEQUAL_PROMPTS = (  # of unequal lengths: all but the longest are left-padded (the prompt-sharing and gpu tests)
+    "Name a colour of the sky.",
+    "What is the capital of France? Think step by step, then answer.",
+    "Say hello.",
+    "Count from one to three, slowly, in French.",
+)

@@ -5,17 +5,12 @@ import copy
 import os
 
 import torch
+from grpo_fixtures import UNEQUAL_PROMPTS as PROMPTS
 from grpo_fixtures import fixed_generation as shared_fixed_generation
 
 DEVICE_ENV = "MINIMIND_TEST_DEVICE"
 GENERATIONS = 4
 COMPLETION = 12
-PROMPTS = (  # of unequal lengths: all but the longest are left-padded
-    "Name a colour of the sky.",
-    "What is the capital of France? Think step by step, then answer.",
-    "Say hello.",
-    "Count from one to three, slowly, in French.",
-)
 # MiniMind2 / MiniMind-3, dense / MoE, at a size where bf16 rounding is what it is at MiniMind's own sizes per layer
 # (hidden 64: dot products of 64 terms; real models' 768 give errors of the same order per element, see each test)
 CASES = {

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from datasets import Dataset
+from grpo_fixtures import UNEQUAL_PROMPTS as PROMPTS
 from grpo_fixtures import fixed_generation as shared_fixed_generation
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -19,12 +20,6 @@ from minimind_trl.trainer.prompt_sharing import sharing_off_reason
 
 GENERATIONS = 4
 COMPLETION = 6
-PROMPTS = (  # of unequal lengths: all but the longest are left-padded
-    "Name a colour of the sky.",
-    "What is the capital of France? Think step by step, then answer.",
-    "Say hello.",
-    "Count from one to three, slowly, in French.",
-)
 TRAINER_LOGGER = "minimind_trl.trainer.prompt_sharing"
 MODEL_LOGGER = "minimind_trl.models.minimind.modeling_minimind"
 
