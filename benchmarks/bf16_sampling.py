@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from minimind_trl import MiniMindForCausalLM
-from minimind_trl.trainer.decode_kernel import DecodeKernel
+from minimind_trl.trainer.speed.decode_kernel import DecodeKernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bf16_kl import add_model_arguments, calibrate_entropy, model_config  # noqa: E402

@@ -100,7 +100,7 @@ def build(args):
     from transformers import GenerationConfig
 
     from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-    from minimind_trl.trainer.cpu_precision import machine_choice
+    from minimind_trl.trainer.speed.cpu_precision import machine_choice
 
     torch.manual_seed(0)
     config = MiniMindConfig(
@@ -124,9 +124,9 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     from roofline import StepShapes, clock, decode_weight_bytes, gemm_gflops
 
-    from minimind_trl.trainer import fast_sampling
-    from minimind_trl.trainer.decode_kernel import DecodeKernel, PackedGemm
-    from minimind_trl.trainer.fast_sampling import FastSampler
+    from minimind_trl.trainer.speed import fast_sampling
+    from minimind_trl.trainer.speed.decode_kernel import DecodeKernel, PackedGemm
+    from minimind_trl.trainer.speed.fast_sampling import FastSampler
 
     model, generation, prompts, weights_dtype = build(args)
     sampler = FastSampler(weights_dtype=weights_dtype)

@@ -5,9 +5,9 @@
     per-row log-softmax for policy and reference, a second forward for the MoE aux loss, one reward-model
     call per completion, AdamW + clip + cosine).
 (b) `ours`: `MiniMindGRPOTrainer` with its defaults, which include the two CPU levers: the fused log-prob head
-    of `minimind_trl.trainer.fast_logprobs` (completion positions only) and rollouts through
-    `minimind_trl.trainer.fast_sampling.FastSampler` (`fast_sampling=True`), and the precision chosen for this
-    CPU (`bf16` unset: bf16 only where the CPU computes it natively, `minimind_trl.trainer.cpu_precision`), and its
+    of `minimind_trl.trainer.speed.fast_logprobs` (completion positions only) and rollouts through
+    `minimind_trl.trainer.speed.fast_sampling.FastSampler` (`fast_sampling=True`), and the precision chosen for this
+    CPU (`bf16` unset: bf16 only where the CPU computes it natively, `minimind_trl.trainer.speed.cpu_precision`), and its
     log-prob passes computing each group's prompt once (`share_prompts`; `--no-share-prompts` turns it off). Same
     rewards as (a) (`format_reward`, `tag_count_reward`, `RewardModelReward` over a batched `InternLM2Scorer`);
     config levers below (`--precision`, `--sampler-dtype` = `sampling_weights_dtype`, ...).
@@ -398,12 +398,12 @@ class _PhaseRecorder:
 
 def stock_trainer_class():
     """`MiniMindGRPOTrainer` on TRL's own log-prob head: while the trainer builds its fused heads (it calls
-    `minimind_trl.trainer.fast_logprobs.add_fused_lm_head` at the scoring temperature), that name points at TRL's
+    `minimind_trl.trainer.speed.fast_logprobs.add_fused_lm_head` at the scoring temperature), that name points at TRL's
     `trl.trainer.utils.add_fused_lm_head`. With `fast_sampling=False` in its config this is the trainer without
     its CPU levers."""
     from trl.trainer import utils as trl_utils
 
-    from minimind_trl.trainer import fast_logprobs
+    from minimind_trl.trainer.speed import fast_logprobs
     from minimind_trl.trainer import MiniMindGRPOTrainer
 
     class StockMiniMindGRPOTrainer(MiniMindGRPOTrainer):
@@ -421,11 +421,11 @@ def stock_trainer_class():
 
 
 def log_prob_head(model) -> str:
-    """Which fused log-prob head the model's forward is: `minimind_trl.trainer.fast_logprobs`, `trl.trainer.utils` or
+    """Which fused log-prob head the model's forward is: `minimind_trl.trainer.speed.fast_logprobs`, `trl.trainer.utils` or
     the forward's source file (accelerate's autocast wrapper is looked through)."""
     from trl.trainer import utils as trl_utils
 
-    from minimind_trl.trainer import fast_logprobs
+    from minimind_trl.trainer.speed import fast_logprobs
 
     forward = model.__dict__.get("forward")
     if forward is not None and "accelerate" in Path(forward.__code__.co_filename).parts:
@@ -433,7 +433,7 @@ def log_prob_head(model) -> str:
     if forward is None:
         return "class forward"
     filename = getattr(forward, "__func__", forward).__code__.co_filename
-    modules = {fast_logprobs.__file__: "minimind_trl.trainer.fast_logprobs", trl_utils.__file__: "trl.trainer.utils"}
+    modules = {fast_logprobs.__file__: "minimind_trl.trainer.speed.fast_logprobs", trl_utils.__file__: "trl.trainer.utils"}
     return modules.get(filename, filename)
 
 
@@ -567,7 +567,7 @@ SIDES = (("seed", "seed (a)"), ("ours", "ours (b)"), ("stock", "stock (c)"))
 
 def cpu_report() -> dict:
     """Print this CPU and the precision the automatic choice makes on it; the JSON keys it adds."""
-    from minimind_trl.trainer.cpu_precision import machine_choice
+    from minimind_trl.trainer.speed.cpu_precision import machine_choice
 
     choice = machine_choice()
     print(f"CPU: {choice.cpu.describe()}")

@@ -14,7 +14,7 @@ Counted (multiply-adds x 2), per phase of `benchmarks/grpo_step.py`:
     reward         the reward model's forward over its conversations (full completion + `<answer>` text)
 
 The peak is the best of several timings at the phase's representative shape, in fp32 and in bf16, each through
-`torch.mm` and through the pre-packed GEMM of `minimind_trl.trainer.decode_kernel.PackedGemm` (oneDNN bf16 / MKL
+`torch.mm` and through the pre-packed GEMM of `minimind_trl.trainer.speed.decode_kernel.PackedGemm` (oneDNN bf16 / MKL
 fp32), whichever is fastest: decoding multiplies [completions, hidden] by [hidden, intermediate] (thin, bound by
 reading the weights), training [completions x tokens, hidden] by [hidden, intermediate]. It is the best this CPU
 does at those shapes, whatever precision the measured step picked (on a CPU without native bf16 that is fp32,
@@ -149,7 +149,7 @@ def gemm_gflops(
     and through the pre-packed GEMM the decode kernel uses (oneDNN bf16 / MKL fp32), whichever is faster; with
     `working_set` (bytes), cycling through enough distinct `[k, n]` matrices to fill it, so they do not stay in
     cache. Timing stops after `max_seconds` per route (at least 3 batches), which only a slow dtype reaches."""
-    from minimind_trl.trainer.decode_kernel import PackedGemm
+    from minimind_trl.trainer.speed.decode_kernel import PackedGemm
 
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=generator).to(dtype)

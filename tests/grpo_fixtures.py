@@ -347,7 +347,7 @@ def saved_registries():
     """A context manager restoring the three seams' registries (a resolved `module:function` stays registered)."""
     from contextlib import contextmanager
 
-    from minimind_trl.trainer.seam_choice import SEAMS
+    from minimind_trl.trainer.algorithm.seam_choice import SEAMS
 
     @contextmanager
     def restoring():

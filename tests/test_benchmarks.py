@@ -39,7 +39,7 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
         assert side["phases"]["generation"] > 0 and side["phases"]["backward_step"] > 0
     # (b) is the trainer's default (its CPU levers on), (c) runs TRL's own head and stock `generate`
     assert results["ours"]["levers"] == {
-        "log_prob_head": "minimind_trl.trainer.fast_logprobs",
+        "log_prob_head": "minimind_trl.trainer.speed.fast_logprobs",
         "lean_samples": 1,
         "decode_kernel": True,
         "decode_weights": "bfloat16",  # sampling_weights_dtype 'auto' under the automatic bf16 precision
@@ -89,10 +89,10 @@ def test_grpo_step_sides_run_and_report(tmp_path, capsys, cpu_machine):
     # TRL's profiling class and the trainer's head builder are restored after the runs
     from trl.extras.profiling import ProfilingContext
 
-    from minimind_trl.trainer import fast_logprobs
+    from minimind_trl.trainer.speed import fast_logprobs
 
     assert ProfilingContext.__exit__.__module__ == "trl.extras.profiling"
-    assert fast_logprobs.add_fused_lm_head.__module__ == "minimind_trl.trainer.fast_logprobs"
+    assert fast_logprobs.add_fused_lm_head.__module__ == "minimind_trl.trainer.speed.fast_logprobs"
     assert fast_logprobs.add_fused_lm_head.__qualname__ == "add_fused_lm_head"
 
 

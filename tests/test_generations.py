@@ -28,9 +28,9 @@ from minimind_trl.generations import (
 )
 from minimind_trl.rewards.registry import REWARDS
 from minimind_trl.trainer import MiniMindGRPOConfig
-from minimind_trl.trainer.advantages import ADVANTAGE_ESTIMATORS
-from minimind_trl.trainer.loss_aggregation import LOSS_AGGREGATIONS, effective_loss_aggregation
-from minimind_trl.trainer.policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES
+from minimind_trl.trainer.algorithm.advantages import ADVANTAGE_ESTIMATORS
+from minimind_trl.trainer.algorithm.loss_aggregation import LOSS_AGGREGATIONS, effective_loss_aggregation
+from minimind_trl.trainer.algorithm.policy_losses import POLICY_LOSSES, TRL_LOSS_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC = REPO_ROOT / "docs" / "generations.md"

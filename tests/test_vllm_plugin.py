@@ -9,7 +9,7 @@ import torch
 from conftest import REPO_ROOT
 
 from minimind_trl import MiniMindConfig
-from minimind_trl.conversion.architectures import transformers_config
+from minimind_trl.formats.architectures import transformers_config
 from minimind_trl.errors import VLLMModelError
 from minimind_trl.vllm_plugin import native_config
 

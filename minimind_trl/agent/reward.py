@@ -38,6 +38,7 @@ from typing import Any
 
 from ..rewards.minimind3_rewards import reward_model_messages, trigram_repetition_penalty
 from ..rewards.reward_model import Scorer, check_scorer, clip_score, rendered_prompt_turns
+from ..rewards.registry import RewardEntry, check_reward_model, load_scorer, register_reward
 from ..rewards.rule_rewards import Conversation, completion_text
 from .data import decode_batch_column, prompt_messages, tool_names
 from .parsing import THINK_CLOSE, TOOL_CALL_CLOSE, answer_tool_calls, split_turn, tag_imbalance
@@ -257,6 +258,40 @@ def build_agent_reward(script_args, training_args, tokenizer, scorer: Scorer | N
         reward_model_clip=getattr(script_args, "reward_model_clip", 3.0),
         chat_template_kwargs=training_args.chat_template_kwargs,
     )
+
+
+def check_agent_tools(script_args, training_args) -> None:
+    """The agent reward's tools (`agent_tools`): every name a mock or an importable function."""
+    recipe_toolbox(script_args)
+
+
+def check_agent_reward(script_args, training_args) -> None:
+    check_reward_model(script_args, training_args)
+    check_agent_tools(script_args, training_args)
+
+
+def build_agent_model_reward(script_args, training_args, tokenizer) -> AgentReward:
+    """`agent_reward`: the reward model's score on the no-call branch."""
+    kind = check_reward_model(script_args, training_args)
+    scorer = load_scorer(script_args.reward_model_name_or_path, kind, training_args.device)
+    return build_agent_reward(script_args, training_args, tokenizer, scorer)
+
+
+def build_agent_rule_reward(script_args, training_args, tokenizer) -> AgentReward:
+    """`agent_rule_reward`: no reward model (upstream's `reward_model=None`)."""
+    return build_agent_reward(script_args, training_args, tokenizer, None)
+
+
+# The agent's rewards in the table recipes pick from (`reward_funcs: [agent_reward]`), registered here, where they live.
+register_reward("agent_reward", RewardEntry(
+    "upstream's agent reward: tool-call gap, gt in the final answer, unfinished penalty, or (no call) format terms "
+    "and the reward model with the # Tools prompt; clipped to [-3, 3], each term logged",
+    build=build_agent_model_reward, check=check_agent_reward, python="AgentReward", module="minimind_trl.agent",
+))  # fmt: skip
+register_reward("agent_rule_reward", RewardEntry(
+    "agent_reward without the reward-model term",
+    build=build_agent_rule_reward, check=check_agent_tools, python="AgentReward", module="minimind_trl.agent",
+))  # fmt: skip
 
 
 __all__ = [

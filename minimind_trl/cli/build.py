@@ -10,8 +10,8 @@ from ..data import load_rlaif_dataset
 from ..prompt_rendering import with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
-from ..trainer.model_card import RunCard, peft_summary, upstream_settings, upstream_title
-from ..trainer.seam_choice import seam_rows
+from ..trainer.outputs.model_card import RunCard, peft_summary, upstream_settings, upstream_title
+from ..trainer.algorithm.seam_choice import seam_rows
 from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
 from .recipe import Recipe
 from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering

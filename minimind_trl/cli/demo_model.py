@@ -130,7 +130,7 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int, ch
 
 def save_interrupted(trainer, output_dir: Path) -> Path:
     """The policy as it is now, as a `save_pretrained` folder with its native `.pth`, in `interrupted-step-N`."""
-    from ..trainer.checkpointing import write_native_weights
+    from ..trainer.outputs.checkpointing import write_native_weights
 
     step = trainer.state.global_step
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -12,12 +12,12 @@ import sys
 from dataclasses import dataclass
 
 from ..conversion.convert import convert_checkpoint
-from ..conversion.native_config import assumed_settings, native_sidecar_path, read_config_file
+from ..formats.native_config import assumed_settings, native_sidecar_path, read_config_file
 from ..errors import ModelSourceError
 from ..loading_utils import looks_local
 from ..models.minimind.peft_defaults import MINIMIND_LORA_TARGETS
 from ..models.minimind.tokenization_minimind import portable_tokenizer
-from ..trainer.output_dir import CONVERTED_DIR
+from ..trainer.outputs.output_dir import CONVERTED_DIR
 
 NATIVE_SUFFIXES = (".pth", ".pt")
 SOURCE_MARKER = "minimind_source.json"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RecipeError
-from ..trainer.config_ranges import NAMED_VALUES, RANGES, check_ranges, range_problem
+from ..trainer.checks.config_ranges import NAMED_VALUES, RANGES, check_ranges, range_problem
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"

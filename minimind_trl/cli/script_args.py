@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from trl import ScriptArguments
 
 from ..data import ROLE_MODES
+from ..agent import reward as agent_reward  # noqa: F401  (registers agent_reward and agent_rule_reward in REWARDS)
 from ..rewards.registry import REWARD_MODEL_TYPES, REWARDS
-from ..trainer.config_ranges import check_ranges
+from ..trainer.checks.config_ranges import check_ranges
 
 ROLLOUTS = ("single_turn", "agent")
 _AGENT_FIELDS = {"agent_tools": None, "agent_tool_timeout": 1.0, "agent_max_turns": 3, "agent_max_total_length": 2500,
@@ -185,7 +186,7 @@ class GRPOScriptArguments(ScriptArguments):
             raise ValueError(f"reward_model_type must be one of {REWARD_MODEL_TYPES}, got {self.reward_model_type!r}")
         if self.dataset_roles not in ROLE_MODES:
             raise ValueError(f"dataset_roles must be one of {ROLE_MODES}, got {self.dataset_roles!r}")
-        check_ranges(self)  # reward_model_clip, the ratios, dataset_max_samples, ... (trainer/config_ranges.py)
+        check_ranges(self)  # reward_model_clip, the ratios, dataset_max_samples, ... (trainer/checks/config_ranges.py)
         if self.native_config is not None:
             self.native_config = _check_native_config(self.native_config)
         _check_rollout_settings(self)
@@ -212,7 +213,7 @@ def _check_native_config(value) -> dict:
     """A dict of upstream `MiniMindConfig` keywords (checked now, before anything loads), or a ValueError naming the key."""
     import json
 
-    from ..conversion.native_config import ALLOWED_CONFIG_KEYS, check_option_value
+    from ..formats.native_config import ALLOWED_CONFIG_KEYS, check_option_value
 
     if isinstance(value, str):
         try:

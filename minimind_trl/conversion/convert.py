@@ -26,8 +26,8 @@ from ..loading_utils import (
 from ..models.minimind.configuration_minimind import MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from ..models.minimind.tokenization_minimind import portable_tokenizer
-from ..trainer.run_safety import check_writable, os_error_line
-from .native_config import (
+from ..trainer.outputs.run_safety import check_writable, os_error_line
+from ..formats.native_config import (
     EMBED_KEY,
     assumed_settings,
     describe,

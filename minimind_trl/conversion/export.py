@@ -33,12 +33,12 @@ from ..loading_utils import (
     write_folder_atomically,
 )
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
-from ..trainer.run_safety import check_writable, os_error_line
-from .architectures import TARGET_CLASS_NAMES, transformers_config
+from ..trainer.outputs.run_safety import check_writable, os_error_line
+from ..formats.architectures import TARGET_CLASS_NAMES, transformers_config
 from .export_gguf import check_gguf_output
-from .export_native import check_native_outputs, export_native
+from ..formats.export_native import check_native_outputs, export_native
 from .export_source import TOKENIZER_FILES, load_minimind_folder
-from .native_config import native_sidecar_path
+from ..formats.native_config import native_sidecar_path
 from .serving_card import model_card
 
 FORMATS = ("native", "llama", "qwen3", "qwen3_moe", "gguf")

@@ -29,7 +29,7 @@ from ..errors import ExportError
 from ..loading_utils import check_output_file
 from ..models.minimind.configuration_minimind import MINIMIND2, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
-from .export_native import _tmp_file
+from ..formats.export_native import _tmp_file
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 _HF_FORMAT = {"llama": "llama", "qwen3": "qwen3", "qwen3moe": "qwen3_moe"}

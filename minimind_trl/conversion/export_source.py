@@ -53,7 +53,7 @@ def check_config_values(config: MiniMindConfig, path: Path) -> None:
     """The settings every format writes and no tensor shape checks, held to the rules `minimind-trl convert --set`
     applies: a known activation (else a KeyError inside the model), positive `rms_norm_eps` and `rope_theta`, a
     context of at least 2 tokens."""
-    from .native_config import check_option_value
+    from ..formats.native_config import check_option_value
 
     values = {
         "hidden_act": config.hidden_act,

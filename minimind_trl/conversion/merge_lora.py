@@ -13,7 +13,7 @@ import os
 from ..command_flags import FlagParser
 from ..errors import MergeError
 from ..loading_utils import DTYPES, check_output_apart, check_output_folder, write_folder_atomically
-from ..trainer.run_safety import check_writable, os_error_line
+from ..trainer.outputs.run_safety import check_writable, os_error_line
 
 logger = logging.getLogger(__name__)
 

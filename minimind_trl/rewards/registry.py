@@ -6,9 +6,8 @@ MiniMind-3's (d65ef2c) `length`, `thinking_length`, `think_close_count`, `repeti
 `reward_model_name_or_path`; a run lists at most one of them.
 
 MiniMind-3's agent stage (d65ef2c `train_agent.py`) adds `agent_reward` and `agent_rule_reward` (the same without
-the reward model), one function each that returns upstream's clipped total and logs every term. They live in
-`minimind_trl.agent`, which sits above this layer (it imports `rewards`); their builders import it only when a
-recipe builds them, so the one table recipes pick from lists them without an import cycle.
+the reward model). They live in `minimind_trl.agent`, which uses this module, and enter the table through
+`register_reward` when it is imported (`minimind-trl` imports it), so nothing here imports the agent.
 
 `REWARDS` maps each built-in name to a `RewardEntry`: how to check it before any model is loaded and how to
 build its TRL reward callable. Any other name must be an importable `package.module:function` (also
@@ -159,34 +158,6 @@ def build_answer_reward_model_reward(script_args, training_args, tokenizer) -> A
     )
 
 
-def check_agent_tools(script_args, training_args) -> None:
-    """The agent reward's tools (`agent_tools`): every name a mock or an importable function."""
-    from ..agent.tools import recipe_toolbox  # agent/ imports rewards/: imported here, at check time (see above)
-
-    recipe_toolbox(script_args)
-
-
-def check_agent_reward(script_args, training_args) -> None:
-    check_reward_model(script_args, training_args)
-    check_agent_tools(script_args, training_args)
-
-
-def build_agent_reward(script_args, training_args, tokenizer):
-    """MiniMind-3's agent reward with the reward model's score on the no-call branch."""
-    from ..agent.reward import build_agent_reward as build  # see the module docstring
-
-    kind = check_reward_model(script_args, training_args)
-    scorer = load_scorer(script_args.reward_model_name_or_path, kind, training_args.device)
-    return build(script_args, training_args, tokenizer, scorer)
-
-
-def build_agent_rule_reward(script_args, training_args, tokenizer):
-    """MiniMind-3's agent reward without a reward model (upstream's `reward_model=None`)."""
-    from ..agent.reward import build_agent_reward as build  # see the module docstring
-
-    return build(script_args, training_args, tokenizer, None)
-
-
 def _function(func: Callable) -> Callable:
     """A builder returning `func` itself (rule rewards need no options)."""
     return lambda *_: func
@@ -235,24 +206,18 @@ REWARDS: dict[str, RewardEntry] = {
         check=check_reward_model,
         python="AnswerRewardModelReward",
     ),
-    # MiniMind-3's agent stage (d65ef2c train_agent.py)
-    "agent_reward": RewardEntry(
-        "upstream's agent reward: tool-call gap, gt in the final answer, unfinished penalty, or (no call) format "
-        "terms and the reward model with the # Tools prompt; clipped to [-3, 3], each term logged",
-        build=build_agent_reward,
-        check=check_agent_reward,
-        python="AgentReward",
-        module="minimind_trl.agent",
-    ),
-    "agent_rule_reward": RewardEntry(
-        "agent_reward without the reward-model term",
-        build=build_agent_rule_reward,
-        check=check_agent_tools,
-        python="AgentReward",
-        module="minimind_trl.agent",
-    ),
 }
-REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model", "agent_reward")  # the entries scoring with the model
+# The entries scoring with the reward model (a name only: `agent_reward` registers itself from `minimind_trl.agent`).
+REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model", "agent_reward")
+
+
+def register_reward(name: str, entry: RewardEntry) -> None:
+    """Add a built-in reward that recipes name as `name`. A package's own rewards register where they live, when it
+    is imported (`minimind_trl.agent.reward` registers the agent's), as a user's `package.module:function` needs no
+    entry at all."""
+    if name in REWARDS and REWARDS[name] != entry:
+        raise RewardSpecError(f"reward {name!r} is registered twice: {REWARDS[name]} and {entry}")
+    REWARDS[name] = entry
 
 
 def import_reward_function(spec: str) -> Callable:
@@ -329,5 +294,6 @@ __all__ = [
     "check_reward_specs",
     "import_reward_function",
     "read_reward_model_config",
+    "register_reward",
     "reward_model_kind",
 ]

@@ -2,20 +2,36 @@
 
 * `grpo_config`: `MiniMindGRPOConfig`, upstream's defaults and MiniMind's switches;
 * `grpo_trainer`: `MiniMindGRPOTrainer` (rollouts, rewards, advantages, loss, checkpoints, model card);
-* `advantages` / `policy_losses` / `loss_aggregation`: registries of pure functions (`register_adv_est`,
-  `register_policy_loss`, `register_loss_aggregation`) holding both upstream generations' arithmetic
-  (`minimind_trl.generations` records which one each generation uses); `seams`: what the three have in common
-  (names, `package.module:function` values imported and checked); `seam_choice`: a config's three, resolved before
-  it validates them and named for the model card and the run record;
-* `fast_sampling` / `decode_kernel` / `fast_logprobs`: the lean rollout sampler, its packed MiniMind decoding
-  step and the completion-only log-prob head;
-* `cpu_precision`: bf16 or fp32 on CPU, chosen from what this CPU computes fast (`bf16` unset);
-* `checkpointing`: crash-safe checkpoints and resume checks; `model_card`: the run's card section;
-* `trl_overrides`: what is substituted inside TRL's constructor.
+* `trl_overrides`: what is substituted inside TRL's constructor;
+* `algorithm/`: the registries a recipe picks by name (`advantages`, `policy_losses`, `loss_aggregation`, their
+  common `seams` and a config's `seam_choice`) holding both upstream generations' arithmetic, and DAPO's
+  `dynamic_sampling`;
+* `speed/`: the lean sampler (`fast_sampling`, `decode_kernel`), the completion-only log-prob head
+  (`fast_logprobs`), bf16 or fp32 on CPU (`cpu_precision`), each prompt once per group (`prompt_sharing`);
+* `outputs/`: the output folder and its lock (`output_dir`, `run_safety`), crash-safe checkpoints and resume
+  (`checkpointing`, `checkpointed_training`, `run_identity`), the model card (`model_card`);
+* `rollouts/`: vLLM (`vllm_rollouts`) and the agent's tool-loop checks (`tool_loop_checks`);
+* `checks/`: numeric ranges (`config_ranges`), optional packages (`extras`), models and reward functions
+  (`reward_checks`).
+
+The extension points (a new estimator, loss or aggregation registered from the user's own module) are importable
+from here.
 """
 
-from .advantages import minimind_advantages
+from .algorithm.advantages import AdvantageInputs, minimind_advantages, register_adv_est
+from .algorithm.loss_aggregation import LossScale, register_loss_aggregation
+from .algorithm.policy_losses import PolicyLossInputs, register_policy_loss
 from .grpo_config import MiniMindGRPOConfig
 from .grpo_trainer import MiniMindGRPOTrainer
 
-__all__ = ["MiniMindGRPOConfig", "MiniMindGRPOTrainer", "minimind_advantages"]
+__all__ = [
+    "AdvantageInputs",
+    "LossScale",
+    "MiniMindGRPOConfig",
+    "MiniMindGRPOTrainer",
+    "PolicyLossInputs",
+    "minimind_advantages",
+    "register_adv_est",
+    "register_loss_aggregation",
+    "register_policy_loss",
+]

@@ -11,12 +11,12 @@ from trl import GRPOConfig
 
 from ..errors import RecipeError, RewardSpecError
 from ..generations import TRAINING, UPSTREAMS, RunPrecision, get_generation, render_generations_table
-from .advantages import TRL_ADVANTAGES
-from .config_ranges import check_ranges, warn_loss_options
-from .cpu_precision import choose_bf16, runs_on_cpu
-from .loss_aggregation import effective_loss_aggregation
-from .policy_losses import loss_option_problems
-from .seam_choice import check_seam_choices
+from .algorithm.advantages import TRL_ADVANTAGES
+from .checks.config_ranges import check_ranges, warn_loss_options
+from .speed.cpu_precision import choose_bf16, runs_on_cpu
+from .algorithm.loss_aggregation import effective_loss_aggregation
+from .algorithm.policy_losses import loss_option_problems
+from .algorithm.seam_choice import check_seam_choices
 
 SAMPLING_WEIGHTS_DTYPES = ("auto", "bfloat16", "float16")  # or None
 
@@ -37,7 +37,7 @@ class MiniMindGRPOConfig(GRPOConfig):
             the generation prompt `<|im_start|>assistant\n` survives). Upstream: `--max_seq_len 66`. `None` keeps
             whole prompts. TRL 1.16 itself has no prompt truncation.
         advantage_estimator (`str`, *optional*, defaults to `"minimind"`):
-            An estimator registered with `register_adv_est` (`minimind_trl.trainer.advantages`), or `"trl"`: TRL's
+            An estimator registered with `register_adv_est` (`minimind_trl.trainer.algorithm.advantages`), or `"trl"`: TRL's
             own advantages (`scale_rewards`, `multi_objective_aggregation`). `"minimind"`: the seed's (see
             [`minimind_advantages`]): per-group z-score with the unbiased std + 1e-4, clamped to [-10, 10], then
             re-normalised over the process-local generation batch. `"group_zscore"`: MiniMind-3's, the per-group
@@ -47,7 +47,7 @@ class MiniMindGRPOConfig(GRPOConfig):
             they would have no effect.
         loss_aggregation (`str` or `None`, *optional*, defaults to `None`):
             For a registered `loss_type`, how its per-token losses become the loss (a mode of
-            `minimind_trl.trainer.loss_aggregation`): `"seq-mean-token-mean"` (`None`; upstream's, both generations:
+            `minimind_trl.trainer.algorithm.loss_aggregation`): `"seq-mean-token-mean"` (`None`; upstream's, both generations:
             each completion's masked token mean, then the mean), `"token-mean"` (TRL's `dapo`/`cispo`: over the
             tokens of the accumulated batch), `"local-token-mean"` (`bnpo`), `"seq-mean-token-sum-norm"`
             (`dr_grpo`), `"seq-mean-token-sum"` (`luspo`). TRL's loss types aggregate their own way: leave it unset.
@@ -64,9 +64,9 @@ class MiniMindGRPOConfig(GRPOConfig):
             `raw_logprobs`), at the sampling temperature after top-k/top-p when on (`processed_logprobs`), so
             `vllm_importance_sampling_correction` compares log-probs on the trainer's own scale either way.
         fast_sampling (`bool`, *optional*, defaults to `True`):
-            Sample rollouts with [`~minimind_trl.trainer.fast_sampling.FastSampler`]: temperature + top-k drawn
+            Sample rollouts with [`~minimind_trl.trainer.speed.fast_sampling.FastSampler`]: temperature + top-k drawn
             among the k candidates only (the distribution `generate` samples from), no logits-processor chain; for
-            MiniMind models the decoding steps run through [`~minimind_trl.trainer.decode_kernel.DecodeKernel`]
+            MiniMind models the decoding steps run through [`~minimind_trl.trainer.speed.decode_kernel.DecodeKernel`]
             (fused q|k|v and gate|up weights, in-place KV cache). Settings it does not implement fall back to
             `generate`. Not used under ZeRO-3/FSDP (stock `generate` keeps the ranks' forwards in step) nor with
             vLLM.
@@ -85,14 +85,14 @@ class MiniMindGRPOConfig(GRPOConfig):
         dynamic_sampling (`bool`, *optional*, defaults to `False`):
             Replace groups without spread (all completions rewarded alike: advantage 0) by groups generated for
             further prompts drawn from the training set (DAPO's dynamic sampling; see
-            `minimind_trl.trainer.dynamic_sampling`). Logs `dynamic_sampling/zero_spread_before`, `.../after` and
+            `minimind_trl.trainer.algorithm.dynamic_sampling`). Logs `dynamic_sampling/zero_spread_before`, `.../after` and
             `.../extra_completions`. Upstream has none, so it is off by default.
         max_resample_rounds (`int`, *optional*, defaults to `3`):
             With `dynamic_sampling`, the most extra generation rounds spent on one generation batch.
         share_prompts (`bool` or `None`, *optional*, unset by default: on where the policy trains on the CPU):
             For MiniMind policies, compute each prompt once per group in the log-prob passes the trainer owns (the
             policy forward with gradient, the reference forward, TRL's old-log-prob pass), its G completions
-            attending to its keys and values (`minimind_trl.trainer.prompt_sharing`). Groups are found by content;
+            attending to its keys and values (`minimind_trl.trainer.speed.prompt_sharing`). Groups are found by content;
             rows whose prompts differ are computed row by row. Log-probs, gradients and the MoE loss equal the
             unshared passes' up to summation order (docs/deviations.md); a resume may switch it. Upstream computes
             every prompt G times. Unset: on CPU, off on GPUs (where at MiniMind's sizes kernel launches, not FLOPs,
@@ -130,7 +130,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         top_p (`float`, defaults to `1.0`): TRL's default, and the transformers 4.x default the seed sampled with.
         beta (`float`, defaults to `0.02`): seed `--beta`, the weight of the k3 KL to the frozen reference.
         loss_type (`str`, defaults to `"grpo"`): one of TRL's loss types (computed by TRL's own code) or a policy
-            loss registered with `register_policy_loss` (`minimind_trl.trainer.policy_losses`, aggregated with
+            loss registered with `register_policy_loss` (`minimind_trl.trainer.algorithm.policy_losses`, aggregated with
             `loss_aggregation`). The seed's is TRL's `"grpo"`: the mean over completions of the masked token mean,
             divided by the accumulation steps (with ratio 1 its clipping never binds). MiniMind-3's are
             `"minimind3_cispo"` (its default) and `"minimind3_grpo"`. Which arithmetic a name gives:
@@ -147,7 +147,7 @@ class MiniMindGRPOConfig(GRPOConfig):
             (autocast, fp32 master weights), upstream's `--dtype bfloat16`. Unset, it is chosen before the Trainer
             is built: on GPUs and other accelerators bf16 (TRL's default, unless `fp16`); on CPU bf16 only where
             the CPU computes bf16 natively (AMX, AVX512-BF16) and a start-up probe finds its GEMMs faster than
-            fp32's, fp32 otherwise, with one log line saying which and why (`minimind_trl.trainer.cpu_precision`,
+            fp32's, fp32 otherwise, with one log line saying which and why (`minimind_trl.trainer.speed.cpu_precision`,
             docs/cpu.md); on a machine without accelerator an automatic bf16 also sets `use_cpu`. `true`/`false`
             are kept as given (an explicit `true` on a CPU where bf16 is many times slower warns once, with the
             measured ratio). As in TRL, an explicit bf16 on a machine without a GPU needs `use_cpu: true`.
@@ -202,7 +202,7 @@ class MiniMindGRPOConfig(GRPOConfig):
     fast_sampling: bool = field(
         default=True,
         metadata={
-            "help": "Sample rollouts with minimind_trl.trainer.fast_sampling's lean top-k loop (the same distribution as "
+            "help": "Sample rollouts with minimind_trl.trainer.speed.fast_sampling's lean top-k loop (the same distribution as "
             "`generate`, less per-step overhead; stock `generate` for settings it does not implement). Applies "
             "to transformers generation without ZeRO-3/FSDP; vLLM and continuous batching are unaffected."
         },

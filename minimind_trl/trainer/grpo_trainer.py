@@ -25,18 +25,18 @@ from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
 
 from ..prompt_rendering import check_rendered_dataset
-from .advantages import TRL_ADVANTAGES, estimate_advantages, minimind_advantages
-from .checkpointed_training import CheckpointedTraining
-from .reward_checks import check_trainer_arguments, check_weighted_rewards, checked_reward_funcs
-from .run_identity import trainer_run_identity
-from .output_dir import reward_model_sources, run_inputs
-from .dynamic_sampling import refill
-from .extras import EXTRAS, check_extras
-from . import cpu_precision
-from .fast_sampling import FastSampler
+from .algorithm.advantages import TRL_ADVANTAGES, estimate_advantages, minimind_advantages
+from .outputs.checkpointed_training import CheckpointedTraining
+from .checks.reward_checks import check_trainer_arguments, check_weighted_rewards, checked_reward_funcs
+from .outputs.run_identity import trainer_run_identity
+from .outputs.output_dir import reward_model_sources, run_inputs
+from .algorithm.dynamic_sampling import refill
+from .checks.extras import EXTRAS, check_extras
+from .speed import cpu_precision
+from .speed.fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
-from .loss_aggregation import LossScale, aggregate, effective_loss_aggregation
-from .model_card import (
+from .algorithm.loss_aggregation import LossScale, aggregate, effective_loss_aggregation
+from .outputs.model_card import (
     RunCard,
     extend_model_card,
     peft_summary,
@@ -44,13 +44,13 @@ from .model_card import (
     upstream_settings,
     upstream_title,
 )
-from .policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
-from .policy_losses import upto_first_eos_mask
-from .seam_choice import seam_rows, seam_run_identity
-from .prompt_sharing import shares_prompts, with_shared_prompt
-from .tool_loop_checks import record_unanswered_calls
+from .algorithm.policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
+from .algorithm.policy_losses import upto_first_eos_mask
+from .algorithm.seam_choice import seam_rows, seam_run_identity
+from .speed.prompt_sharing import shares_prompts, with_shared_prompt
+from .rollouts.tool_loop_checks import record_unanswered_calls
 from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
-from .vllm_rollouts import (
+from .rollouts.vllm_rollouts import (
     check_server_logprobs_mode,
     check_vllm_policy,
     colocated_engine_kwargs,

@@ -10,7 +10,7 @@ import torch
 from trl.trainer import grpo_trainer as _trl_grpo
 
 from ..models.minimind.tokenization_minimind import attach_response_template
-from . import fast_logprobs
+from .speed import fast_logprobs
 
 
 def reference_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -236,7 +236,7 @@ def test_the_registry_checks_before_loading(tmp_path, monkeypatch):
 def test_the_trainer_names_the_class_to_pass_instead_of_the_recipe_name():
     import torch
 
-    from minimind_trl.trainer.reward_checks import check_trainer_arguments
+    from minimind_trl.trainer.checks.reward_checks import check_trainer_arguments
 
     with pytest.raises(TypeError, match="from minimind_trl.agent import AgentReward"):
         check_trainer_arguments(torch.nn.Linear(1, 1), ["agent_reward"])

@@ -24,7 +24,7 @@ from grpo_fixtures import (
 
 from minimind_trl.cli.recipe import RecipeError, resolve_recipe
 from minimind_trl.grpo import main, parse_args, parse_recipe
-from minimind_trl.trainer.policy_losses import POLICY_LOSSES
+from minimind_trl.trainer.algorithm.policy_losses import POLICY_LOSSES
 
 RECIPES = REPO_ROOT / "recipes"
 SEED_RECIPES = sorted((RECIPES / "minimind2" / "grpo").glob("*.yaml"))
@@ -267,7 +267,7 @@ def test_seed_recipes_parse_and_comment_every_value(path):
 
 @pytest.mark.parametrize("path", SEED_RECIPES, ids=lambda p: str(p.relative_to(RECIPES)))
 def test_seed_recipes_hold_the_seed_settings(path):
-    from minimind_trl.trainer.model_card import UPSTREAM_SETTINGS
+    from minimind_trl.trainer.outputs.model_card import UPSTREAM_SETTINGS
 
     values = _recipe_values(path)
     for name, flag, seed_value in UPSTREAM_SETTINGS:
@@ -281,7 +281,7 @@ def test_seed_recipes_hold_the_seed_settings(path):
 
 
 def test_seed_settings_table_matches_the_config_defaults():
-    from minimind_trl.trainer.model_card import UPSTREAM_SETTINGS
+    from minimind_trl.trainer.outputs.model_card import UPSTREAM_SETTINGS
     from minimind_trl.trainer import MiniMindGRPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(MiniMindGRPOConfig)}
@@ -324,7 +324,7 @@ def test_two_steps_with_tensorboard(tmp_path, policy, data, monkeypatch):
 
 def test_native_pth_policy_is_converted_and_trained(tmp_path, policy, data):
     from minimind_trl import MiniMindForCausalLM
-    from minimind_trl.conversion.export_native import to_native_state_dict
+    from minimind_trl.formats.export_native import to_native_state_dict
 
     model = MiniMindForCausalLM.from_pretrained(policy)
     native = tmp_path / "reason_32.pth"
@@ -364,7 +364,7 @@ def test_native_pth_policy_reads_the_export_sidecar(tmp_path, policy, data):
     """A `.pth` written by `minimind-trl export --format native` carries its non-inferable settings in a sidecar
     (head count, rope_theta, ...); the GRPO entry point converts with them, as `minimind-trl convert` does."""
     from minimind_trl import MiniMindForCausalLM
-    from minimind_trl.conversion.export_native import export_native
+    from minimind_trl.formats.export_native import export_native
 
     model = MiniMindForCausalLM.from_pretrained(policy)
     model.config.rope_theta = 1e4  # not visible in the tensors: only the sidecar can carry it
@@ -431,7 +431,7 @@ def test_a_recipe_trains_with_a_loss_estimator_and_aggregation_of_a_module_outsi
     tmp_path, policy, data, user_code, monkeypatch, capsys
 ):
     from minimind_trl.grpo import build_trainer, run
-    from minimind_trl.trainer.checkpointing import RUN_INFO_NAME
+    from minimind_trl.trainer.outputs.checkpointing import RUN_INFO_NAME
 
     values = write_toy_seams(user_code, "toy_seams_recipe")
     probe = tmp_path / "probe"

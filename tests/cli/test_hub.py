@@ -18,7 +18,7 @@ from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
 
 from minimind_trl.grpo import main
 from minimind_trl.cli.hub import PushCheckError, check_push_folder
-from minimind_trl.trainer.model_card import final_metrics
+from minimind_trl.trainer.outputs.model_card import final_metrics
 
 HUB_ID = "someone/minimind-grpo-tiny"
 FINAL_FILES = {

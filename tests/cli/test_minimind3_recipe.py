@@ -76,7 +76,8 @@ def test_the_recipe_trains_a_demo_sized_minimind3_with_its_rewards_and_cispo(dem
     each of the five reward terms (their sum is the reward) and the loss, and that loss is `minimind3_cispo` on
     `group_zscore` advantages (the registered functions were called at every step)."""
     from minimind_trl.cli.demo_model import PROMPTS_FILE
-    from minimind_trl.trainer import advantages, policy_losses
+    from minimind_trl.trainer.algorithm import advantages
+    from minimind_trl.trainer.algorithm import policy_losses
 
     calls = {"minimind3_cispo": 0, "group_zscore": 0}
 

@@ -10,11 +10,11 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.conversion import architectures as architectures_module
+from minimind_trl.formats import architectures as architectures_module
 from minimind_trl.cli import main as cli
 from minimind_trl.conversion.convert import convert_checkpoint
 from minimind_trl.conversion.export import ExportError, export_hf
-from minimind_trl.conversion.export_native import to_native_state_dict
+from minimind_trl.formats.export_native import to_native_state_dict
 
 ATOL = 1e-5
 

@@ -13,7 +13,7 @@ from minimind_trl import MiniMindConfig, MiniMindForCausalLM
 from minimind_trl.cli import main as cli
 from minimind_trl.cli.policy import resolve_policy
 from minimind_trl.cli.recipe import RecipeError, parse_recipe
-from minimind_trl.conversion.export_native import to_native_state_dict
+from minimind_trl.formats.export_native import to_native_state_dict
 from minimind_trl.errors import ModelSourceError
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 

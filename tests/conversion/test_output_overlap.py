@@ -10,7 +10,7 @@ import torch
 from grpo_fixtures import build_tiny_policy
 
 from minimind_trl.cli import main as cli
-from minimind_trl.conversion.export_native import to_native_state_dict
+from minimind_trl.formats.export_native import to_native_state_dict
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The trainer's log-prob passes on the device: the fused log-prob head (on CUDA TRL's Triton kernel, on CPU
-`minimind_trl.trainer.fast_logprobs`) against plain logits and a full log-softmax, and the passes with each prompt
+`minimind_trl.trainer.speed.fast_logprobs`) against plain logits and a full log-softmax, and the passes with each prompt
 computed once per group (`share_prompts: true`) against every prompt per completion, each in fp32 and bf16.
 
 Tolerances: in fp32 both sides compute the same sums in another order (tiles, a chunked log-sum-exp, the prompt's keys

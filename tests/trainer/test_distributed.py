@@ -30,17 +30,9 @@ from grpo_fixtures import (
     write_toy_seams,
 )
 from safetensors.torch import load_file
+from trainer_fixtures import ACCELERATE_CONFIGS, free_port
 
 pytestmark = pytest.mark.slow
-
-ACCELERATE_CONFIGS = REPO_ROOT / "recipes" / "accelerate"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def launch(
     config: str, num_processes: int, recipe: Path, probe_dir: Path, *args: str, pythonpath: Path | None = None

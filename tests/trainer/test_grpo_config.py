@@ -74,7 +74,7 @@ def test_the_lean_sampler_treats_a_negative_top_k_as_stock_generate_does():
     from transformers import GenerationConfig
 
     from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-    from minimind_trl.trainer.fast_sampling import FastSampler
+    from minimind_trl.trainer.speed.fast_sampling import FastSampler
 
     model = MiniMindForCausalLM(
         MiniMindConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,

@@ -10,8 +10,8 @@ import pytest
 from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, write_rlaif
 from safetensors.torch import load_file
 
-from minimind_trl.trainer.checkpointing import STAGING_DIR
-from minimind_trl.trainer.model_card import CARD_SECTION_TITLE
+from minimind_trl.trainer.outputs.checkpointing import STAGING_DIR
+from minimind_trl.trainer.outputs.model_card import CARD_SECTION_TITLE
 
 # docs/training.md's example (rule rewards, no reward model, plus a fixture reward so a random policy really learns),
 # with a tiny run's settings. argv: policy data output_dir kill_at_step(0: never) resume(0/1)

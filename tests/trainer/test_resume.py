@@ -14,7 +14,7 @@ import yaml
 from grpo_fixtures import PROBE_DIR_ENV, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 from safetensors.torch import load_file
 
-from minimind_trl.trainer.checkpointing import (
+from minimind_trl.trainer.outputs.checkpointing import (
     RUN_INFO_NAME,
     STAGING_DIR,
     BatchGeometry,
@@ -109,7 +109,7 @@ def test_the_killed_run_matched_the_straight_run_until_the_kill(runs):
 
 def test_resume_after_sigkill_equals_the_uninterrupted_run(runs, monkeypatch, caplog):
     monkeypatch.setenv(PROBE_DIR_ENV, str(runs.killed))
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.run_safety"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.outputs.run_safety"):
         assert main(["--config", str(runs.recipe), "--resume_from_checkpoint", "last"]) == 0
     # issue 42: a resume printed nothing about the checkpoint it continued from
     assert f"resuming from {runs.killed / 'out' / 'checkpoint-2'} (optimizer step 2)" in caplog.text
@@ -254,7 +254,7 @@ def test_resume_geometry_keeps_the_global_batch(tmp_path, monkeypatch, caplog):
     checkpoint = write_geometry(tmp_path / "checkpoint-1", geometry())
     now = geometry(world_size=1, per_device_train_batch_size=16, distributed_type="DistributedType.NO")
     monkeypatch.setattr(BatchGeometry, "from_args", classmethod(lambda cls, args: now))
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.outputs.checkpointing"):
         assert check_resume_geometry(str(checkpoint), None) == geometry()
     assert "Resuming a 2-process checkpoint on 1 process(es)" in caplog.text
 
@@ -298,10 +298,10 @@ def test_checkpoints_inside_a_reused_generation_batch_are_flagged(caplog):
     args = SimpleNamespace(
         save_strategy="steps", save_steps=3, gradient_accumulation_steps=1, steps_per_generation=2, num_iterations=1
     )
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.outputs.checkpointing"):
         check_generation_alignment(args)
     assert "not an exact continuation" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.outputs.checkpointing"):
         check_generation_alignment(SimpleNamespace(**{**vars(args), "save_steps": 4}))
     assert caplog.text == ""

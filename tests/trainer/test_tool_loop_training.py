@@ -9,7 +9,7 @@ from datasets import Dataset
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 from minimind_trl.trainer import MiniMindGRPOTrainer
 
-from test_trainer import grpo_config, tiny_model
+from trainer_fixtures import grpo_config, tiny_model
 from grpo_fixtures import multiply
 
 CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 3, "b": 4}}\n</tool_call>'
@@ -88,7 +88,7 @@ def test_calls_trl_cuts_for_length_are_logged_and_warned_once(tmp_path, caplog):
         tiny_model(tokenizer), lambda completions, **kwargs: [float(i % 3) for i in range(len(completions))], args,
         train_dataset=dataset, processing_class=tokenizer, tools=[multiply],
     )  # fmt: skip
-    with caplog.at_level("WARNING", logger="minimind_trl.trainer.tool_loop_checks"):
+    with caplog.at_level("WARNING", logger="minimind_trl.trainer.rollouts.tool_loop_checks"):
         trainer.train()
     logged = [entry for entry in trainer.state.log_history if "tools/unanswered_by_length" in entry]
     assert [entry["tools/unanswered_by_length"] for entry in logged] == [1.0, 1.0]

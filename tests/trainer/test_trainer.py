@@ -12,55 +12,28 @@ import torch
 from datasets import Dataset
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.trainer.advantages import minimind_advantages
+from minimind_trl.trainer.algorithm.advantages import minimind_advantages
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
-from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer, cpu_precision
-
-PAD, EOS = 0, 2
-PROMPTS = (
-    "What is the capital of France? Please think step by step.",
-    "Explain why the sky is blue, then write a short poem.",
+from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
+from minimind_trl.trainer.speed import cpu_precision
+from trainer_fixtures import (
+    EOS,
+    PAD,
+    PROMPTS,
+    assert_relative,
+    fixed_batch,
+    fixed_reward,
+    grpo_config,
+    seed_completion_mask,
+    stub_generation,
+    tiny_model,
 )
+
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_minimind_tokenizer()
-
-
-def tiny_model(tokenizer, use_moe=False, seed=0):
-    torch.manual_seed(seed)
-    config = MiniMindConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=len(tokenizer),
-        use_moe=use_moe,
-        num_experts=4,
-        num_experts_per_tok=2,
-        router_aux_loss_coef=0.1,  # large enough that a missing or doubled aux loss shows in the loss
-    )
-    return MiniMindForCausalLM(config)
-
-
-def grpo_config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=7,
-        max_prompt_length=6,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-        seed=0,
-    )
-    values.update(overrides)
-    return MiniMindGRPOConfig(**values)
 
 
 # --- upstream's arithmetic, written in the test from the spec's formulas ------------------------------
@@ -72,13 +45,6 @@ def seed_advantages(rewards, num_generations):
     std_r = grouped.std(dim=1).repeat_interleave(num_generations)
     advantages = torch.clamp((rewards - mean_r) / (std_r + 1e-4), -10, 10)
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-
-def seed_completion_mask(completion_ids):
-    is_eos = completion_ids == EOS
-    eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long)
-    eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
-    return (torch.arange(is_eos.size(1)).expand(is_eos.size(0), -1) <= eos_idx.unsqueeze(1)).int()
 
 
 def seed_per_token_logps(model, input_ids, n_keep):
@@ -115,38 +81,6 @@ def seed_loss(policy, reference, input_ids, completion_ids, rewards, num_generat
 
 
 # --- a deterministic batch through the trainer's own generate-and-score and loss code -----------------
-
-
-def fixed_batch(tokenizer, masked, num_generations=4, length=7, seed=1):
-    generator = torch.Generator().manual_seed(seed)
-    num_rows = len(PROMPTS) * num_generations
-    completions = torch.randint(3, len(tokenizer), (num_rows, length), generator=generator)
-    if masked:  # first EOS at varied positions (and one row without EOS); what follows is padding
-        for row, eos_at in enumerate([2, 6, 0, 4, 3, 5, 1]):
-            completions[row, eos_at] = EOS
-    rewards = torch.tensor([0.0, 0.25, 1.5, 0.5, 0.75, 0.75, 2.0, -1.0])
-    rows = [{"prompt": PROMPTS[i // num_generations], "fixed_reward": rewards[i].item()} for i in range(num_rows)]
-    return rows, completions, rewards
-
-
-def fixed_reward(completions, fixed_reward, **kwargs):
-    return list(fixed_reward)
-
-
-def stub_generation(trainer, completions, expected_prompt_length):
-    """Replace sampling by the fixed completions, cut after the first EOS as TRL's generate path does."""
-
-    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        assert {len(ids) for ids in prompt_ids} == {expected_prompt_length}
-        mask = seed_completion_mask(completions).bool()
-        return [row[m].tolist() for row, m in zip(completions, mask, strict=True)], None
-
-    trainer._generate_single_turn = generate
-
-
-def assert_relative(actual, expected, tolerance, what):
-    error = (actual - expected).norm() / expected.norm().clamp(min=1e-30)
-    assert error <= tolerance, f"{what}: relative error {error.item():.3g}"
 
 
 @pytest.mark.parametrize(
@@ -568,7 +502,7 @@ def test_config_defaults_are_the_seeds(tmp_path):
     assert (args.max_prompt_length, args.max_completion_length) == (66, 1536)
     assert (args.beta, args.loss_type, args.num_iterations, args.use_bias_correction_kl) == (0.02, "grpo", 1, False)
     assert (args.advantage_estimator, args.tempered_logprobs, args.moe_aux_loss_weight) == ("minimind", False, 1.0)
-    # bf16 unset: on CPU the machine's choice (tests/trainer/test_cpu_precision.py), upstream's bf16 on GPUs
+    # bf16 unset: on CPU the machine's choice (tests/trainer/speed/test_cpu_precision.py), upstream's bf16 on GPUs
     assert args.bf16 is cpu_precision.machine_choice().bf16
     assert (args.gradient_checkpointing, args.steps_per_generation) == (False, 1)
     assert (args.save_steps, args.logging_steps, args.seed) == (10, 1, 42)
@@ -757,7 +691,7 @@ def _zscore_all(rewards):
 
 
 def test_estimator_output_is_checked_and_unscorable_rows_get_zero(monkeypatch):
-    from minimind_trl.trainer.advantages import ADVANTAGE_ESTIMATORS
+    from minimind_trl.trainer.algorithm.advantages import ADVANTAGE_ESTIMATORS
 
     fake = SimpleNamespace(
         accelerator=SimpleNamespace(num_processes=1),

@@ -34,7 +34,7 @@ def test_reward_functions_get_the_whole_decoded_completion_unless_tools_run(tmp_
     from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
     from minimind_trl.rewards import format_reward
 
-    from test_trainer import grpo_config, tiny_model
+    from trainer_fixtures import grpo_config, tiny_model
 
     text = "<think>\nthree fours\n</think>\n<answer>\n12\n</answer>"
     tokenizer = build_minimind_tokenizer()

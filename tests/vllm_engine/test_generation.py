@@ -13,7 +13,7 @@ pytestmark = pytest.mark.vllm
 def test_the_package_and_its_plugin_import_nothing_of_vllm():
     """vLLM is optional: importing the package and the plugin module (what vLLM loads in its processes) loads no
     vLLM module. (TRL's GRPO trainer imports vLLM itself when it is installed, so `minimind_trl.trainer` does too.)"""
-    script = ("import sys, minimind_trl, minimind_trl.vllm_plugin, minimind_trl.conversion.architectures\n"
+    script = ("import sys, minimind_trl, minimind_trl.vllm_plugin, minimind_trl.formats.architectures\n"
               "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))")  # fmt: skip
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -1,6 +1,6 @@
 """`trl vllm-serve`'s server on localhost, on a MiniMind folder: the plugin loads in the server's processes and TRL's
 client generates transformers' greedy tokens from it. Weight sync to a server needs CUDA (TRL 1.16 uses vLLM's NCCL
-weight-transfer engine), so on CPU the trainer refuses server mode (tests/trainer/test_vllm_rollouts.py)."""
+weight-transfer engine), so on CPU the trainer refuses server mode (tests/trainer/rollouts/test_vllm_rollouts.py)."""
 
 import pytest
 from vllm_support import _vllm_installed, run_scenario  # noqa: F401  (the fixture skips or fails without vLLM)

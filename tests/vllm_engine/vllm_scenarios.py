@@ -126,7 +126,7 @@ def scenario_exports(workdir: Path) -> dict:
     from vllm import LLM
 
     from minimind_trl.conversion.export import export_hf
-    from minimind_trl.trainer.vllm_rollouts import shut_down_engine
+    from minimind_trl.trainer.rollouts.vllm_rollouts import shut_down_engine
 
     result = {}
     for variant, fmt in EXPORT_FORMATS.items():
@@ -153,7 +153,7 @@ def scenario_transformers_backend(workdir: Path) -> dict:
     build_folder(folder, "minimind3-moe")
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
-    from minimind_trl.trainer.vllm_rollouts import shut_down_engine
+    from minimind_trl.trainer.rollouts.vllm_rollouts import shut_down_engine
 
     llm = LLM(model=str(folder), dtype="float32", max_model_len=MAX_MODEL_LEN, model_impl="transformers",
               trust_remote_code=True, seed=0)  # fmt: skip

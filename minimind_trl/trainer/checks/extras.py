@@ -1,0 +1,34 @@
+"""Optional packages a recipe switches on, checked before any model loads.
+
+TRL imports vLLM when the trainer builds its rollout engine and transformers imports liger-kernel when training
+starts, both after the policy, the reference and the reward model have loaded, and both fail there with a library
+traceback. `check_extras` names the missing package first (`minimind-trl grpo`'s run plan, and
+`MiniMindGRPOTrainer` before it loads anything). DeepSpeed is checked while the config is built
+(`grpo_config._require_deepspeed_extra`), the logging integrations by the run plan.
+"""
+
+from ...errors import RecipeError
+
+# option -> (is it on, the module to find, how to install it)
+EXTRAS = {
+    "use_vllm": (lambda args: args.use_vllm, "vllm", "pip install vllm (docs/vllm.md)"),
+    "use_liger_kernel": (lambda args: args.use_liger_kernel, "liger_kernel", "pip install liger-kernel"),
+}
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def check_extras(args, options=tuple(EXTRAS)) -> None:
+    """A `RecipeError` naming the option and the package when one of `options` needs a package that is not
+    installed."""
+    for option in options:
+        enabled, module, install = EXTRAS[option]
+        if enabled(args) and not _installed(module):
+            raise RecipeError(f"{option}: true needs the {module} package, which is not installed: {install}")
+
+
+__all__ = ["EXTRAS", "check_extras"]

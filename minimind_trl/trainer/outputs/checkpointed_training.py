@@ -1,0 +1,149 @@
+"""What a MiniMind GRPO run needs to be trusted across interruptions, as hooks on TRL's `GRPOTrainer`.
+
+The prompt order of every epoch drawn from `seed + epoch` (a resumed run sees the uninterrupted run's order), the
+output folder held for the run and every resume checked against it (`run_safety.guarded_run`), the final save and
+every checkpoint written into `_staging/` and published only when complete (`checkpointing.publish_folder`), the run
+record beside each checkpoint and, with `save_native_pth`, upstream's native `.pth`. `MiniMindGRPOTrainer` mixes it
+in before `GRPOTrainer`; it reads the trainer's `run_identity` and `_run_inputs`.
+"""
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from trl.trainer.utils import RepeatSampler
+
+from ...prompt_rendering import prompt_renderer
+from .checkpointing import (
+    RUN_INFO_NAME,
+    STAGING_DIR,
+    BatchGeometry,
+    EpochSeededRepeatSampler,
+    publish_folder,
+    without_tied_keys,
+    write_native_weights,
+)
+from .run_safety import guarded_run, recipe_settings, save_staged
+
+
+class CheckpointedTraining:
+    """Trainer hooks for exact resumes and complete-only saves (a mixin placed before `GRPOTrainer`)."""
+
+    _staging_checkpoint = False  # True while the Trainer writes a checkpoint into `_staging/`
+    _staged_push = None
+    _epoch_sampler = None
+    _skipped_resume_state = frozenset()  # accept_inexact_resume: damaged or unsafe state files left unloaded
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, reshuffled per epoch from `seed + epoch` (see `EpochSeededRepeatSampler`)."""
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            sampler = EpochSeededRepeatSampler(
+                sampler.data_source,
+                mini_repeat_count=sampler.mini_repeat_count,
+                batch_size=sampler.batch_size,
+                repeat_count=sampler.repeat_count,
+                shuffle=sampler.shuffle,
+                seed=sampler.seed,
+            )
+            self._epoch_sampler = sampler
+        return sampler
+
+    def _run_epoch(self, *args, epoch, **kwargs):
+        if self._epoch_sampler is not None:
+            self._epoch_sampler.epoch = epoch
+        renderer = prompt_renderer(self.train_dataset)  # MiniMind-3's per-prompt choices are keyed on the epoch
+        if renderer is not None:
+            renderer.set_epoch(epoch)
+        return super()._run_epoch(*args, epoch=epoch, **kwargs)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's training, holding the output folder; refuses another run's folder, an output over the starting
+        policy, or a resume that is inexact or changes the run (see `run_safety.guarded_run`)."""
+        guard = guarded_run(self.args, resume_from_checkpoint, self.train_dataset, self._run_inputs, self.run_identity)
+        with guard as skipped:
+            self._skipped_resume_state = frozenset(skipped)
+            try:
+                return super().train(resume_from_checkpoint, *args, **kwargs)
+            finally:
+                self._skipped_resume_state = frozenset()
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # accept_inexact_resume with a damaged or unsafe optimizer.pt/scheduler.pt: fresh state (warned), as the
+        # Trainer itself does when one of the two is missing
+        if checkpoint is not None and self._skipped_resume_state & {"optimizer.pt", "scheduler.pt"}:
+            return
+        super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rng_state(self, checkpoint):
+        if checkpoint is not None and any(name.startswith("rng_state") for name in self._skipped_resume_state):
+            return  # accept_inexact_resume with a damaged or unsafe RNG state: the seed's RNG (warned)
+        super()._load_rng_state(checkpoint)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The Trainer's save, written into `<output_dir>/_staging/final` and then moved into place file by file
+        (`config.json` last), so a run killed while saving never leaves a complete-looking, truncated model."""
+        if self._staging_checkpoint:  # inside `_save_checkpoint`, which stages and publishes the whole folder
+            return super().save_model(output_dir, _internal_call)
+        trainer_save = super().save_model
+        save_staged(self, output_dir or self.args.output_dir, lambda staged: trainer_save(staged, _internal_call=True))
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # no "missing keys: lm_head.weight" at every correct resume: it is tied to the embedding, saved once
+        super()._issue_warnings_after_load(without_tied_keys(self.model, load_result))
+
+    def _get_output_dir(self, trial) -> str:
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # Hub pushes of a checkpoint upload its folder in the background: start them from the final folder only.
+        if self._staging_checkpoint:
+            self._staged_push = checkpoint_folder
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's checkpoint, written into `_staging/checkpoint-N` by every rank, then published whole."""
+        run_dir = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = os.path.join(run_dir, STAGING_DIR, name), os.path.join(run_dir, name)
+        if self.args.should_save and os.path.exists(staged):
+            shutil.rmtree(staged)  # left over by a run killed while saving
+        self.accelerator.wait_for_everyone()
+
+        self._staging_checkpoint, self._staged_push = True, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_checkpoint = False
+        if self.args.should_save:
+            with open(os.path.join(staged, RUN_INFO_NAME), "w") as f:
+                run_info = {
+                    **asdict(BatchGeometry.from_args(self.args)),
+                    "recipe": recipe_settings(self.args),
+                    "run": self.run_identity,
+                }
+                json.dump(run_info, f, indent=2, default=str)
+            if self.args.save_native_pth:  # upstream wrote its .pth at every save
+                write_native_weights(staged)
+
+        self.accelerator.wait_for_everyone()  # every rank has written its part
+        if self.args.should_save:
+            publish_folder(staged, final)
+            staging_root = os.path.dirname(staged)
+            if not os.listdir(staging_root):
+                os.rmdir(staging_root)
+            if self.state.best_model_checkpoint == staged:
+                self.state.best_model_checkpoint = final
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
+            if self._staged_push is not None:
+                super()._push_from_checkpoint(final)
+        self.accelerator.wait_for_everyone()
+
+
+__all__ = ["CheckpointedTraining"]

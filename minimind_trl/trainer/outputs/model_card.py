@@ -1,0 +1,198 @@
+"""The model card of a MiniMind GRPO run: what a reader needs on top of TRL's generic card.
+
+TRL writes `README.md` in `output_dir` at every checkpoint and before a push. `RunCard` holds the base model, the
+recipe, the reward functions and their weights, and `render_run_section` adds the final metrics and how far the
+settings follow upstream MiniMind's `train_grpo.py`; `extend_model_card` inserts that section into TRL's card.
+`MiniMindGRPOTrainer.create_model_card` does this for every run, from Python or the CLI.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+from ...rewards.registry import REWARD_MODEL_REWARDS
+from ...generations import SCRIPT, TRAINING, UPSTREAMS, compare, format_value, get_generation, same_value
+
+# (setting, upstream flag, upstream's value) of every config field the seed (the minimind2 record, whose defaults the
+# config keeps) sets; tests check them against MiniMindGRPOConfig's defaults and the seed recipes.
+UPSTREAM_SETTINGS = tuple((row.name, row.flag, row.value) for row in get_generation(None).rows() if row.kind == TRAINING)
+UPSTREAM_SCRIPT_SETTINGS = tuple((row.name, row.flag, row.value) for row in get_generation(None).rows() if row.kind == SCRIPT)
+CARD_SECTION_TITLE = "## MiniMind GRPO run"
+
+
+@dataclass
+class RunCard:
+    """What the model card says about a run (filled by `build_trainer`)."""
+
+    base_model: str
+    recipe: str | None = None
+    recipe_text: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    reward_funcs: list[str] = field(default_factory=list)
+    reward_weights: list[float] = field(default_factory=list)
+    reward_model: str | None = None
+    dataset: str | None = None
+    peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
+    settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
+    upstream: str = get_generation(None).title  # the generation `settings` compares against
+    functions: list[tuple] = field(default_factory=list)  # (config key, name, function): `seam_choice.seam_rows`
+
+
+def upstream_settings(training_args, script_args=None) -> list[tuple]:
+    """(setting, this run's value, upstream's value, upstream flag) for every setting of the upstream generation the
+    run follows (`training_args.upstream`, by default the seed's); the rewards' rows need the CLI's script
+    arguments (`reward_funcs`, `reasoning`, `reward_model_clip`, ...)."""
+    generation = get_generation(getattr(training_args, "upstream", None))
+    return [(row.name, row.run_value, row.upstream_value, row.flag) for row in compare(generation, training_args, script_args)]
+
+
+# The settings a card shows per PEFT method family (any others: the method alone)
+_PEFT_CARD_FIELDS = {"r": "r", "lora_alpha": "alpha", "target_modules": "targets", "num_virtual_tokens": "virtual_tokens"}
+
+
+def peft_summary(peft_config) -> dict | None:
+    """What the card says about a PEFT adapter: its method (`LORA`, `PROMPT_TUNING`, ...) and those of its rank,
+    alpha, target modules and virtual tokens it has; any PEFT config works (prompt learning has no rank)."""
+    if peft_config is None:
+        return None
+    method = getattr(peft_config, "peft_type", None)
+    summary = {"method": getattr(method, "value", method) or type(peft_config).__name__}
+    for name, shown in _PEFT_CARD_FIELDS.items():
+        value = getattr(peft_config, name, None)
+        if value is not None:
+            summary[shown] = sorted(value) if isinstance(value, (set, frozenset)) else value
+    return summary
+
+
+def upstream_title(training_args) -> str:
+    return get_generation(getattr(training_args, "upstream", None)).title
+
+
+CARD_METRICS = (
+    "step",
+    "epoch",
+    "reward",
+    "reward_std",
+    "kl",
+    "loss",
+    "completions/mean_length",
+    "entropy",
+    "learning_rate",
+)
+
+
+def final_metrics(log_history: list[dict]) -> dict:
+    """The last logged training metrics (step, rewards, KL, loss, length, ...) and the run summary."""
+    last = next((entry for entry in reversed(log_history) if "reward" in entry), {})
+    metrics = {key: last[key] for key in CARD_METRICS if key in last}
+    metrics.update({key: value for key, value in last.items() if key.startswith("rewards/") and key.endswith("/mean")})
+    summary = next((entry for entry in reversed(log_history) if "train_runtime" in entry), {})
+    for key in ("train_runtime", "train_loss", "total_flos"):
+        if key in summary:
+            metrics[key] = summary[key]
+    return metrics
+
+
+def _source(title: str) -> str:
+    """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
+    return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
+
+
+def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str | None) -> str:
+    lines = [CARD_SECTION_TITLE, ""]
+    lines.append(f"- **Base model:** `{card.base_model}`")
+    if card.dataset:
+        lines.append(f"- **Data:** `{card.dataset}`")
+    if card.recipe:
+        lines.append(
+            f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
+        )
+    if card.peft:
+        lines.append(f"- **PEFT:** {', '.join(f'{k}={v}' for k, v in card.peft.items())}")
+    lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
+    weights = card.reward_weights or [1.0] * len(card.reward_funcs)
+    for name, weight in zip(card.reward_funcs, weights):
+        shown = f"{name} (`{card.reward_model}`)" if name in REWARD_MODEL_REWARDS and card.reward_model else name
+        lines.append(f"| {shown} | {format_value(float(weight))} |")
+
+    if card.functions:
+        lines += ["", "### Advantages and loss", "", "| setting | name | function |", "|---|---|---|"]
+        lines += [f"| {key} | `{name}` | `{function}` |" for key, name, function in card.functions]
+
+    metrics = final_metrics(log_history)
+    lines += ["", "### Final metrics", ""]
+    if metrics:
+        lines += ["| metric | value |", "|---|---|"]
+        lines += [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
+    else:
+        lines.append("No metrics were logged.")
+
+    lines += [
+        "",
+        f"### Settings against {_source(card.upstream)} (upstream parity: {card.upstream})",
+        "",
+        "| setting | this run | upstream | upstream flag | same |",
+        "|---|---|---|---|---|",
+    ]
+    for name, value, upstream_value, flag in card.settings:
+        lines.append(
+            f"| {name} | {format_value(value)} | {format_value(upstream_value)} | {flag} | {'yes' if same_value(value, upstream_value) else 'no'} |"
+        )
+
+    repo = hub_model_id or "path/to/this/folder"
+    lines += [
+        "",
+        "### Loading",
+        "",
+        "With `pip install minimind-trl`, `import minimind_trl` registers MiniMind with transformers' Auto classes.",
+        "Without it, the modeling code shipped here loads with `trust_remote_code=True`:",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f'model = AutoModelForCausalLM.from_pretrained("{repo}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
+        "```",
+    ]
+    if card.recipe_text:
+        lines += [
+            "",
+            "<details><summary>Recipe</summary>",
+            "",
+            "```yaml",
+            card.recipe_text.rstrip(),
+            "```",
+            "",
+            "</details>",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def extend_model_card(readme_path: str, section: str, base_model: str) -> None:
+    """Insert the run section into TRL's card (before its "Training procedure"), replacing an older one."""
+    with open(readme_path, encoding="utf-8") as f:
+        text = f.read()
+    if CARD_SECTION_TITLE in text:  # a card written at an earlier checkpoint
+        start = text.index(CARD_SECTION_TITLE)
+        end = text.find("\n## Training procedure", start)
+        text = text[:start] + (text[end + 1 :] if end != -1 else "")
+    # TRL links the base model only when it is a Hub id; say what it was otherwise.
+    text = text.replace("[None](https://huggingface.co/None)", f"`{base_model}`")
+    text = text.replace('model="None"', 'model="path/to/this/folder"')
+    anchor = text.find("## Training procedure")
+    text = text[:anchor] + section + "\n" + text[anchor:] if anchor != -1 else text.rstrip() + "\n\n" + section
+    tmp = f"{readme_path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, readme_path)
+
+
+__all__ = [
+    "CARD_SECTION_TITLE",
+    "RunCard",
+    "UPSTREAM_SETTINGS",
+    "extend_model_card",
+    "final_metrics",
+    "peft_summary",
+    "render_run_section",
+    "upstream_settings",
+    "upstream_title",
+]
