@@ -38,7 +38,8 @@ from typing import Any
 
 from ..rewards.minimind3_rewards import reward_model_messages, trigram_repetition_penalty
 from ..rewards.reward_model import Scorer, check_scorer, clip_score, rendered_prompt_turns
-from ..rewards.registry import RewardEntry, check_reward_model, load_scorer, register_reward
+from ..rewards import registry
+from ..rewards.registry import RewardEntry, check_reward_model, register_reward
 from ..rewards.rule_rewards import Conversation, completion_text
 from .data import decode_batch_column, prompt_messages, tool_names
 from .parsing import THINK_CLOSE, TOOL_CALL_CLOSE, answer_tool_calls, split_turn, tag_imbalance
@@ -273,7 +274,7 @@ def check_agent_reward(script_args, training_args) -> None:
 def build_agent_model_reward(script_args, training_args, tokenizer) -> AgentReward:
     """`agent_reward`: the reward model's score on the no-call branch."""
     kind = check_reward_model(script_args, training_args)
-    scorer = load_scorer(script_args.reward_model_name_or_path, kind, training_args.device)
+    scorer = registry.load_scorer(script_args.reward_model_name_or_path, kind, training_args.device)
     return build_agent_reward(script_args, training_args, tokenizer, scorer)
 
 
