@@ -10,6 +10,8 @@ import re
 import shlex
 from pathlib import Path
 
+from doc_blocks import fenced_blocks
+
 AGENT_DOC = Path(__file__).resolve().parents[1] / "docs" / "agent.md"
 COMMANDS = ("minimind-trl demo --agent", "minimind-trl export", "vllm serve")
 
@@ -19,10 +21,6 @@ def serving_section(doc: Path = AGENT_DOC) -> str:
     if section is None:
         raise AssertionError(f"{doc} has no '## Serving' section")
     return section.group(1)
-
-
-def fenced_blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)
 
 
 def serving_commands(doc: Path = AGENT_DOC) -> list[list[str]]:

@@ -179,3 +179,15 @@ def test_a_data_folder_edited_with_its_mtime_restored_gives_the_new_rows(tmp_pat
     second = load_rlaif_dataset(folder)
     assert second[0]["prompt"] == [{"role": "user", "content": "an edited question"}]
     assert second._fingerprint != first._fingerprint
+
+
+def test_the_documented_rlaif_row_loads_as_documented(tmp_path):
+    """docs/training.md#data: its example row, read from the doc, is a prompt and a reference answer."""
+    from doc_blocks import doc_blocks
+
+    (block,) = doc_blocks("training.md", "Data", "json", 1)
+    path = tmp_path / "rlaif.jsonl"
+    path.write_text(json.dumps(json.loads(block), ensure_ascii=False) + "\n", encoding="utf-8")
+    (row,) = load_rlaif_dataset(path)
+    assert row["prompt"] == [{"role": "user", "content": "What is 2 + 3?"}]
+    assert row["answer"] == "<think>2 + 3 = 5</think><answer>5</answer>"

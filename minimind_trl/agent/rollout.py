@@ -32,7 +32,7 @@ from .tools import Toolbox
 
 logger = logging.getLogger(__name__)
 
-MAX_TURNS = 64  # generations per rollout: each turn regrows the context (upstream: 3)
+MAX_TURNS = 64  # turns (model replies) per rollout: each turn regrows the context (upstream: 3)
 DEFAULT_MAX_TOOL_OUTPUT = 8192  # characters of one turn's tool messages together: four full observations
 
 # TRL's generation step: (context ids per row) -> (new ids per row, EOS included when sampled; log-probs or None)
@@ -143,7 +143,7 @@ class AgentRollout:
     Args:
         toolbox: the tools calls run against (`minimind_trl.agent.tools`; default: upstream's six mocks); each
             sample's own schemas (its system turn's `tools`) are what the prompt shows.
-        max_turns: generations per rollout (upstream: 3, fixed).
+        max_turns: turns (model replies) per rollout (upstream: 3, fixed).
         max_total_length: the training sequence's length cap, prompt included (upstream `--max_total_len` 2500);
             None: no cap.
         thinking_ratio: probability that a rollout opens a thought (`open_thinking=True`; upstream

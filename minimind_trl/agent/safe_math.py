@@ -28,6 +28,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import MiniMindTRLError
+
 MAX_INT_BITS = 1 << 17  # 131,072 bits, about 39,000 decimal digits
 
 NUMBER_TYPES = (int, float, complex)  # bool is an int
@@ -50,8 +52,9 @@ MATH_FUNCTIONS = {name: value for name, value in vars(math).items() if not name.
 MATH_CONSTANTS = {name: value for name, value in vars(math).items() if isinstance(value, float)}
 
 
-class UnsafeExpression(ValueError):
-    """An expression outside the allowed arithmetic, or one whose evaluation would exceed the work bound."""
+class UnsafeExpression(MiniMindTRLError):
+    """An expression outside the allowed arithmetic, or one whose evaluation would exceed the work bound (a
+    `MiniMindTRLError`, hence still a `ValueError`)."""
 
 
 def _check_int(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """The demos' output folder: what a demo run writes there, and replacing an earlier run's outputs without ever
 deleting what a demo did not write. Shared by `minimind-trl demo` and `demo --agent` (`demo`, `demo_agent`)."""
 
+import atexit
 import json
 import re
 import shutil
@@ -33,8 +34,12 @@ def prepare_output_dir(output_dir: Path) -> None:
             )
         output_dir.mkdir(parents=True, exist_ok=True)
         # Held until the process ends (one demo, one process): a second demo into this folder is refused instead
-        # of deleting the files of the one running. Re-entered by the GRPO run (`grpo.run`).
-        output_dir_lock(str(output_dir)).__enter__()
+        # of deleting the files of the one running. Re-entered by the GRPO run (`grpo.run`). Kept referenced by
+        # `atexit` (a dropped context manager is collected at once, and its cleanup releases the lock), which
+        # releases it and removes the lock file when the process ends.
+        lock = output_dir_lock(str(output_dir))
+        lock.__enter__()
+        atexit.register(lock.__exit__, None, None, None)
         entries = [entry for entry in output_dir.iterdir() if entry.name != LOCK_NAME]
         others = sorted(entry.name for entry in entries if not DEMO_OUTPUTS.match(entry.name))
         if others:

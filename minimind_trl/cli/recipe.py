@@ -41,6 +41,7 @@ def make_parser():
             args, nulled = null_overrides(list(sys.argv[1:] if args is None else args), nullable_keys(self))
             if nulled:
                 self.set_defaults(**dict.fromkeys(nulled))
+            args = list_overrides(args, list_keys(self))
             return super().parse_args_into_dataclasses(args=args, **kwargs)
 
     return Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
@@ -149,6 +150,61 @@ def null_overrides(argv: list[str], nullable: set[str]) -> tuple[list[str], list
         kept.append(arg)
         index += 1
     return kept, nulled
+
+
+def list_keys(parser) -> set[str]:
+    """The keys whose flag takes a list (`list[...]` fields: `--reward_funcs`, `--agent_tools`, `--reward_weights`)."""
+    return {action.dest for action in parser._actions if action.nargs in ("+", "*")}
+
+
+LIST_FORMS = "--{flag} a b (space-separated), --{flag} a,b or --{flag} '[a, b]' (a YAML list, as in a recipe)"
+
+
+def list_overrides(argv: list[str], keys: set[str]) -> list[str]:
+    """`argv` with the value of each list flag as separate words: `--agent_tools '[mytools:f, other:g]'` (a YAML
+    flow list, as the recipe writes it; also unquoted, split by the shell), `--agent_tools mytools:f,other:g` and
+    `--agent_tools=mytools:f` all become `--agent_tools mytools:f other:g`, the form argparse reads (TRL's parser
+    takes a list field's items as separate words and would keep `[mytools:f]` as one name). An item that itself
+    holds a comma is quoted inside the brackets (`'["a,b"]'`). A value that is none of these is a `RecipeError`
+    naming the flag and the forms it takes."""
+    expanded, index = [], 0
+    while index < len(argv):
+        arg = argv[index]
+        name, equals, inline = arg.removeprefix("--").partition("=")
+        index += 1
+        if not arg.startswith("--") or name.replace("-", "_") not in keys:
+            expanded.append(arg)
+            continue
+        words = [inline] if equals else []
+        while not equals and index < len(argv) and not argv[index].startswith("--"):
+            words.append(argv[index])
+            index += 1
+        expanded += [f"--{name}", *list_items(name, words)] if words else [arg]  # no value: argparse says so
+    return expanded
+
+
+def list_items(flag: str, words: list[str]) -> list[str]:
+    """The items of a list flag's value (see `list_overrides`), each as typed."""
+    import yaml
+
+    text = " ".join(words)
+    forms = LIST_FORMS.format(flag=flag)
+    if text.lstrip().startswith("["):
+        try:
+            node = yaml.compose(text)
+        except yaml.YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise RecipeError(f"--{flag} {text}: not a list ({problem}); write it as {forms}") from None
+        if not isinstance(node, yaml.SequenceNode) or not all(isinstance(item, yaml.ScalarNode) for item in node.value):
+            raise RecipeError(f"--{flag} {text}: expected a list of names or numbers; write it as {forms}")
+        items = [item.value for item in node.value]
+    else:
+        items = [part.strip() for word in words for part in word.split(",")]
+    if not items:
+        raise RecipeError(f"--{flag} {text}: an empty list; leave the flag out (or give null where it may be unset)")
+    if not all(items):
+        raise RecipeError(f"--{flag} {text}: an empty item (two commas, or one at an end); write it as {forms}")
+    return items
 
 
 def field_types(parser) -> dict:

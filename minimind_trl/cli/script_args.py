@@ -91,7 +91,7 @@ class GRPOScriptArguments(ScriptArguments):
         agent_tool_timeout (`float`, defaults to `1.0`):
             Seconds one tool call may take before it gets an error observation (upstream's 1 s `SIGALRM`).
         agent_max_turns (`int`, defaults to `3`):
-            Generations per agent rollout (upstream's hard-coded `max_turns=3`); calls in the last one still run,
+            Turns (model replies) per agent rollout (upstream's hard-coded `max_turns=3`); calls in the last one still run,
             and the rollout counts as unfinished.
         agent_max_total_length (`int`, *optional*, defaults to `2500`):
             The agent rollout's training sequence, prompt included, keeps its last this many tokens (upstream
@@ -173,7 +173,7 @@ class GRPOScriptArguments(ScriptArguments):
         metadata={"help": "Tools of agent rollouts: upstream mock names or 'package.module:function' (unset: the six)."},
     )
     agent_tool_timeout: float = field(default=1.0, metadata={"help": "Seconds a tool call may take (upstream 1)."})
-    agent_max_turns: int = field(default=3, metadata={"help": "Generations per agent rollout (upstream 3)."})
+    agent_max_turns: int = field(default=3, metadata={"help": "Turns (model replies) per agent rollout (upstream 3)."})
     agent_max_total_length: int | None = field(
         default=2500, metadata={"help": "Tokens an agent rollout keeps for training, from the end (upstream 2500)."}
     )

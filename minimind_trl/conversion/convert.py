@@ -185,7 +185,7 @@ def build_parser() -> FlagParser:
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder to save alongside (e.g. upstream model/)")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="an upstream MiniMindConfig keyword of either generation, e.g. inference_rope_scaling=true, "
+        help="an upstream MiniMindConfig keyword of either architecture, e.g. inference_rope_scaling=true, "
         "rope_theta=1e4, num_experts_per_tok=2, aux_loss_alpha=0.02 (values are JSON/Python literals; repeatable)",
     )  # fmt: skip
     parser.add_argument(

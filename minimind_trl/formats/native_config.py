@@ -2,8 +2,8 @@
 
 Upstream MiniMind saves bare state dicts: no config, no head count. `infer_config` reads the architecture from
 tensor names and shapes and fills what the tensors cannot tell (MiniMind2's head count, RoPE, eps, routing)
-from upstream's defaults of the detected generation or the user's settings (upstream `MiniMindConfig` keyword
-names of either generation: `convert --set`, the recipe's `native_config`, or the sidecar
+from upstream's defaults of the detected architecture or the user's settings (upstream `MiniMindConfig` keyword
+names of either architecture: `convert --set`, the recipe's `native_config`, or the sidecar
 `<stem>.config.json` that `minimind-trl export --format native` writes next to the `.pth`).
 
 What the tensors decide (and settings may only confirm):
@@ -34,10 +34,10 @@ from ..loading_utils import preview, state_dict_problems
 from ..models.minimind.configuration_minimind import MINIMIND2, MINIMIND3, MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 
-# Keyword names of upstream `MiniMindConfig` (either generation) accepted by `--set` / `--config`.
+# Keyword names of upstream `MiniMindConfig` (either architecture) accepted by `--set` / `--config`.
 UPSTREAM_CONFIG_KEYS = frozenset(
     {
-        # both generations
+        # both architectures
         "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
         "intermediate_size", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
         "inference_rope_scaling", "dropout", "flash_attn", "bos_token_id", "eos_token_id", "use_moe",
@@ -157,7 +157,7 @@ def infer_config(
         state_dict: native MiniMind tensors (upstream key names).
         num_attention_heads: query heads; only MiniMind2 needs it (upstream default 8). For MiniMind-3 it
             is read from the shapes and a given value must agree.
-        overrides: upstream `MiniMindConfig` keyword arguments of either generation (see
+        overrides: upstream `MiniMindConfig` keyword arguments of either architecture (see
             `UPSTREAM_CONFIG_KEYS`). Keys the shapes decide must agree with them; others are applied.
         source: name used in error messages (the file).
     """

@@ -75,3 +75,37 @@ def test_a_minimind2_rollout_shows_the_tools_and_their_results(tokenizers):
     observed = [t for t, m in zip(transcript.response_ids, transcript.response_mask) if m == 0]
     assert '"result": "6"' in tokenizer.decode(observed)
     assert transcript.turn_outputs == [call, "6"] and transcript.tool_calls == 1 and transcript.tool_failures == 0
+
+
+def test_the_documented_row_offers_the_documented_tool(tmp_path, monkeypatch):
+    """docs/agent.md#a-row-offering-your-own-tool: its tool module, recipe lines and data row, read from the doc,
+    load; the row's schema is the function's own; its toolbox runs the tool, and the mocks alone are refused."""
+    import importlib
+
+    import yaml
+    from doc_blocks import doc_blocks
+    from transformers.utils import get_json_schema
+
+    from minimind_trl.agent.data import load_agent_dataset, sample_gt, sample_tools
+    from minimind_trl.agent.recipe import check_offered_tools
+    from minimind_trl.agent.tools import load_toolbox
+
+    title = "A row offering your own tool"
+    (module,), (recipe_lines,), (row,) = (doc_blocks("agent.md", title, kind, 1) for kind in ("python", "yaml", "json"))
+    assert module.startswith("# mytools.py\n")
+    (tmp_path / "mytools.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mytools = importlib.import_module("mytools")
+    data = tmp_path / "agent.jsonl"
+    data.write_text(json.dumps(json.loads(row), ensure_ascii=False) + "\n", encoding="utf-8")
+    dataset = load_agent_dataset(data)
+    assert sample_tools(dataset[0]) == [get_json_schema(mytools.word_count)] and sample_gt(dataset[0]) == [4]
+
+    recipe = yaml.safe_load(recipe_lines)
+    assert recipe["rollout"] == "agent"
+    toolbox = load_toolbox(recipe["agent_tools"], timeout=None)
+    check_offered_tools(dataset, toolbox, str(data))
+    outcome = toolbox.run_call({"name": "word_count", "arguments": {"text": "the quick brown fox"}})
+    assert outcome.error is None and outcome.result == 4
+    with pytest.raises(RecipeError, match="offer tools agent_tools does not run: 'word_count' \\(rows 0 of 1\\)"):
+        check_offered_tools(dataset, load_toolbox(None, timeout=None), str(data))

@@ -81,3 +81,73 @@ def test_the_installed_entry_point_reports_without_traceback(tmp_path):
     )
     assert result.returncode == 2
     assert "minimind-trl convert: error:" in result.stderr and "Traceback" not in result.stderr
+
+
+# A list flag (a `list[...]` field) on the command line: space-separated words, comma-separated, or the recipe's
+# YAML list in brackets (quoted, or unquoted and split by the shell); docs/training.md#lists-on-the-command-line.
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["mytools:f", "other:g"],
+        ["mytools:f,other:g"],
+        ["mytools:f, other:g"],
+        ["[mytools:f, other:g]"],
+        ["[mytools:f,", "other:g]"],
+        ["['mytools:f', \"other:g\"]"],
+    ],
+)  # fmt: skip
+def test_a_list_flag_takes_words_commas_or_a_bracketed_list(words):
+    from minimind_trl.cli.recipe import parse_args
+
+    script_args, *_ = parse_args(["--output_dir", "o", "--rollout", "agent", "--agent_tools", *words])
+    assert script_args.agent_tools == ["mytools:f", "other:g"]
+
+
+def test_one_bracketed_item_is_that_item_in_every_list_flag():
+    from minimind_trl.cli.recipe import parse_args
+
+    script_args, training_args, model_args, _ = parse_args(
+        ["--output_dir", "o", "--rollout", "agent", "--agent_tools", "[mytools:f]", "--reward_funcs=[format]",
+         "--reward-weights", "[0.5]", "--lora_target_modules", "[q_proj]"]
+    )  # fmt: skip
+    assert script_args.agent_tools == ["mytools:f"] and script_args.reward_funcs == ["format"]
+    bare = parse_args(["--output_dir", "o", "--lora_target_modules", "q_proj"])[2]
+    assert training_args.reward_weights == [0.5] and model_args.lora_target_modules == bare.lora_target_modules
+
+
+def test_a_bracketed_item_keeps_its_quoted_comma():
+    from minimind_trl.cli.recipe import parse_args
+
+    script_args, *_ = parse_args(["--output_dir", "o", "--reward_funcs", '["models/rm,v2", format]'])
+    assert script_args.reward_funcs == ["models/rm,v2", "format"]
+
+
+@pytest.mark.parametrize(
+    "words, fragment",
+    [
+        (["[mytools:f", "other:g"], "--agent_tools [mytools:f other:g: not a list"),
+        (["[[mytools:f]]"], "--agent_tools [[mytools:f]]: expected a list of names or numbers"),
+        (["mytools:f,,other:g"], "--agent_tools mytools:f,,other:g: an empty item"),
+        (["[]"], "--agent_tools []: an empty list"),
+    ],
+)  # fmt: skip
+def test_a_list_flag_that_is_no_list_names_the_flag_and_the_forms(words, fragment, capsys):
+    assert cli(["grpo", "--output_dir", "o", "--rollout", "agent", "--agent_tools", *words]) == USER_ERROR_EXIT_CODE
+    err = capsys.readouterr().err
+    assert err.startswith("minimind-trl grpo: error: ") and fragment in err and "Traceback" not in err
+    if "empty list" not in fragment:
+        assert "--agent_tools a b (space-separated), --agent_tools a,b or --agent_tools '[a, b]'" in err
+
+
+def test_the_documented_list_forms_give_the_same_list():
+    import shlex
+
+    from doc_blocks import commands, doc_blocks
+
+    from minimind_trl.cli.recipe import parse_args
+
+    (block,) = doc_blocks("training.md", "Lists on the command line", "bash", 1)
+    lines = commands(block)
+    assert len(lines) == 3 and all(line.startswith("minimind-trl grpo ") for line in lines)
+    parsed = [parse_args(shlex.split(line)[2:])[0].agent_tools for line in lines]
+    assert parsed == [["calculate_math", "mytools:word_count"]] * 3

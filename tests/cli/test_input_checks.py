@@ -124,6 +124,33 @@ def test_the_demo_replaces_only_its_own_earlier_outputs(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_NAME, demo.RUN_MARKER]
 
 
+# Prepares argv[1] as a demo does, then waits until stdin closes and exits.
+PREPARE_DEMO_FOLDER = """
+import sys
+from pathlib import Path
+from minimind_trl.cli.demo_output_dir import prepare_output_dir
+prepare_output_dir(Path(sys.argv[1]))
+print("prepared", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_demo_holds_its_folder_until_it_exits_and_then_removes_the_lock_file(tmp_path):
+    folder = tmp_path / "out"
+    demo_process = subprocess.Popen(
+        [sys.executable, "-c", PREPARE_DEMO_FOLDER, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env=subprocess_env(),
+    )  # fmt: skip
+    try:
+        assert demo_process.stdout.readline().strip() == "prepared"
+        with pytest.raises(OutputDirError, match=f"in use by the run of pid {demo_process.pid}"):
+            demo.prepare_output_dir(folder)
+    finally:
+        demo_process.stdin.close()
+        assert demo_process.wait(timeout=60) == 0
+    assert sorted(p.name for p in folder.iterdir()) == [demo.RUN_MARKER]
+
+
 def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
     folder = earlier_demo_run(tmp_path / "out")
     holder = subprocess.Popen(

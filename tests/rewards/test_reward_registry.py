@@ -207,3 +207,62 @@ def test_reasoning_false_without_minimind2s_reward_model_is_refused(tiny, tmp_pa
 
     script_args, training_args, _, _ = parse_args(["--config", str(chat)])
     check_reward_specs(script_args, training_args)  # MiniMind2's chat recipe: reasoning 0 with reward_model
+
+
+def test_the_documented_reward_function_gets_what_the_doc_says(tiny, tmp_path, monkeypatch, capsys):
+    """docs/training.md#your-own-reward-function: its module and recipe lines, read from the doc, train; the
+    function gets the arguments the doc lists, and (docs/training.md#logging) with `report_to: none` its metric is
+    printed and kept in the log history, and a run that saves no checkpoint has no run record."""
+    import functools
+    import importlib
+
+    import yaml
+    from doc_blocks import doc_blocks
+
+    from minimind_trl.grpo import build_trainer, parse_recipe, run
+
+    module, recipe_lines = doc_blocks("training.md", "Your own reward function", "python", 1) + doc_blocks(
+        "training.md", "Your own reward function", "yaml", 1
+    )
+    assert module.startswith("# myrewards.py\n")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "myrewards.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    myrewards = importlib.import_module("myrewards")
+    calls = []
+
+    @functools.wraps(myrewards.answer_match)
+    def recorded(*args, **kwargs):
+        calls.append((args, kwargs, kwargs["trainer_state"].global_step))
+        return myrewards.answer_match.__wrapped__(*args, **kwargs)
+
+    recorded.__wrapped__ = myrewards.answer_match
+    monkeypatch.setattr(myrewards, "answer_match", recorded)
+
+    data = tmp_path / "rlaif.jsonl"
+    rows = [("What is 2 + 3?", "5"), ("Name the capital of France.", "Paris")]
+    data.write_text("".join(json.dumps({"conversations": [{"content": q}, {"content": a}]}) + "\n" for q, a in rows))
+    recipe = tiny_recipe(tmp_path, tiny.policy, data, max_steps=1, **yaml.safe_load(recipe_lines))
+    script_args, training_args, model_args, parsed = parse_recipe(recipe)
+    trainer = run(build_trainer(script_args, training_args, model_args, recipe=parsed), script_args)
+
+    ((args, kwargs, step),) = calls
+    assert not args  # keywords only
+    completions = kwargs["completions"]
+    assert len(completions) == 8 and all(
+        len(c) == 1 and c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in completions
+    )  # fmt: skip
+    prompts, answers = kwargs["prompts"], kwargs["answer"]  # the dataset's column, one item per completion
+    assert sorted(prompt[0]["content"] for prompt in prompts[::4]) == sorted(q for q, _ in rows)
+    assert all(prompts[i] == prompts[i - i % 4] and len(prompts[i]) == 1 for i in range(8))
+    assert [answer for answer in answers] == [dict(rows)[prompt[0]["content"]] for prompt in prompts]
+    assert len(kwargs["completion_ids"]) == 8 and step == 0  # the Trainer's state as the step began
+    assert callable(kwargs["log_metric"]) and callable(kwargs["log_extra"])
+    documented = {"completions", "prompts", "answer", "completion_ids", "trainer_state", "log_metric", "log_extra"}
+    assert set(kwargs) == documented, f"TRL passes what docs/training.md does not list: {set(kwargs) ^ documented}"
+
+    logged = [entry for entry in trainer.state.log_history if "answer_match/hits" in entry]
+    assert len(logged) == 1 and "rewards/answer_match/mean" in logged[0]
+    printed = capsys.readouterr()
+    assert "'answer_match/hits'" in printed.out + printed.err
+    assert not list((tmp_path / "out").rglob("minimind_run.json"))  # save_strategy: no -> no run record

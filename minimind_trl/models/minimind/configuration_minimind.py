@@ -1,4 +1,4 @@
-"""MiniMind configuration covering both upstream architecture generations.
+"""MiniMind configuration covering both upstream architectures (one per upstream generation).
 
 MiniMind (jingyaogong/minimind) shipped two incompatible model definitions under the same
 `model_type="minimind"`:
@@ -8,9 +8,9 @@ MiniMind (jingyaogong/minimind) shipped two incompatible model definitions under
 * ``"minimind3"`` (2026): Qwen3-shaped; per-head q/k RMSNorm, explicit ``head_dim``, MoE with top-1
   routing, no shared expert and ``router_aux_loss_coef``.
 
-One config class describes both; ``minimind_generation`` selects the generation and every
-generation-dependent default (norm eps, MLP width, MoE routing) follows upstream for that generation.
-Upstream keyword names of either generation are accepted (``n_routed_experts`` and ``aux_loss_alpha``
+One config class describes both; ``minimind_generation`` selects the architecture and every
+architecture-dependent default (norm eps, MLP width, MoE routing) follows upstream for that architecture (the key
+keeps its name: configs saved with it load everywhere). Upstream keyword names of either architecture are accepted (``n_routed_experts`` and ``aux_loss_alpha``
 are MiniMind2's names for ``num_experts`` and ``router_aux_loss_coef``).
 
 This file must stay importable on its own (no ``minimind_trl`` imports): ``save_pretrained`` copies
@@ -23,9 +23,10 @@ from transformers import PretrainedConfig
 
 MINIMIND2 = "minimind2"
 MINIMIND3 = "minimind3"
-MODEL_GENERATIONS = (MINIMIND2, MINIMIND3)  # the two architectures (their GRPO recipes: minimind_trl.generations)
+MODEL_ARCHITECTURES = (MINIMIND2, MINIMIND3)  # the two architectures (their GRPO records: minimind_trl.generations)
+MODEL_GENERATIONS = MODEL_ARCHITECTURES  # its earlier name, kept for code that imports it
 
-# Upstream's YaRN settings for `inference_rope_scaling=True` (identical in both generations).
+# Upstream's YaRN settings for `inference_rope_scaling=True` (identical in both architectures).
 UPSTREAM_YARN = {
     "rope_type": "yarn",
     "factor": 16.0,
@@ -163,8 +164,8 @@ class MiniMindConfig(PretrainedConfig):
         # MiniMind has no router-logits output (its loss travels as `aux_loss`), so a saved flag is dropped here.
         kwargs.pop("output_router_logits", None)
 
-        if minimind_generation not in MODEL_GENERATIONS:
-            raise ValueError(f"minimind_generation must be one of {MODEL_GENERATIONS}, got {minimind_generation!r}")
+        if minimind_generation not in MODEL_ARCHITECTURES:
+            raise ValueError(f"minimind_generation must be one of {MODEL_ARCHITECTURES}, got {minimind_generation!r}")
         defaults = _DEFAULTS[minimind_generation]
         hidden_size = defaults["hidden_size"] if hidden_size is None else hidden_size
         if minimind_generation == MINIMIND2 and head_dim not in (None, hidden_size // num_attention_heads):
@@ -314,4 +315,4 @@ def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_s
     return rope_parameters
 
 
-__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "UPSTREAM_YARN", "default_intermediate_size", "infer_generation_from_keys"]
+__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "MODEL_ARCHITECTURES", "MODEL_GENERATIONS", "UPSTREAM_YARN", "default_intermediate_size", "infer_generation_from_keys"]

@@ -2,7 +2,9 @@
 
 * `output_dir_lock`: an exclusive `flock` on `<output_dir>/_minimind_run.lock` for the whole run, taken by the
   process that saves (the others share its folder). The OS drops it when the process dies, so a crashed run never
-  blocks the next one; the file records pid, host and start time for the message a second run gets.
+  blocks the next one; the file records pid, host and start time for the message a second run gets. The run removes
+  the file when it ends (finished or failed), while still holding the lock, and only when the name is still its
+  own file; a run takes a lock only on the file the name still points to, so two runs never hold "the" lock.
 * `output_dir.check_output_dir` (its own module): what the run writes into its folder must not overwrite an input
   or another run's work; `overwrite_output_dir` has `clear_old_checkpoints` remove old checkpoints at the start.
 * `check_resume_checkpoint`: the checkpoint must hold what an exact resume reads (weights, optimizer, scheduler,
@@ -90,20 +92,7 @@ def output_dir_lock(output_dir: str, enabled: bool = True):
             _held[key][1] -= 1
         return
     path = os.path.join(output_dir, LOCK_NAME)
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        handle = open(path, "a+")
-    except OSError as exc:
-        raise OutputDirError(f"output_dir {output_dir}: cannot write there ({exc.strerror})") from exc
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _lock_holder(handle)
-        handle.close()
-        raise OutputDirError(
-            f"output_dir {output_dir} is in use by {holder} ({path}); two runs in one folder overwrite each other's "
-            "checkpoints. Wait for it to finish or pick another output_dir."
-        ) from None
+    handle = _take_lock(output_dir, path)
     handle.seek(0)
     handle.truncate()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -116,8 +105,48 @@ def output_dir_lock(output_dir: str, enabled: bool = True):
         del _held[key]
         handle.seek(0)
         handle.truncate()
+        if _is_locked_file(handle, path):  # ours: removed while still locked, so no run can hold the name then
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                logger.warning("could not remove the lock file %s (%s); the next run takes it over", path, exc)
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def _is_locked_file(handle, path: str) -> bool:
+    """Whether `path` still names the file `handle` has open (the holder removes it, the name is then free)."""
+    try:
+        named = os.stat(path)
+    except OSError:
+        return False
+    opened = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _take_lock(output_dir: str, path: str):
+    """The open lock file `path`, flocked by this process. The holder removes it when its run ends (still holding
+    the lock), so a file locked after its name was removed is not the run's lock: then the name is opened again."""
+    for _ in range(100):
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+            handle = open(path, "a+")
+        except OSError as exc:
+            raise OutputDirError(f"output_dir {output_dir}: cannot write there ({exc.strerror})") from exc
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(handle)
+            handle.close()
+            raise OutputDirError(
+                f"output_dir {output_dir} is in use by {holder} ({path}); two runs in one folder overwrite each "
+                "other's checkpoints. Wait for it to finish or pick another output_dir."
+            ) from None
+        if _is_locked_file(handle, path):
+            return handle
+        handle.close()  # the run that held it ended and removed it between our open and our flock
+    raise OutputDirError(f"output_dir {output_dir}: its lock file {path} was replaced 100 times while this run tried "
+                         "to take it; does something else create and delete files there?")
 
 
 def check_output_dir_free(output_dir: str) -> None:

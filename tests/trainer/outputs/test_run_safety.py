@@ -149,6 +149,66 @@ def test_a_crashed_runs_lock_does_not_block_the_next_run(tmp_path):
         pass
 
 
+def test_a_finished_run_leaves_no_lock_file(checkpointed):
+    assert (checkpointed / "out" / "checkpoint-2").is_dir()  # the run trained and saved
+    assert not (checkpointed / "out" / LOCK_NAME).exists()
+
+
+def test_the_lock_file_is_removed_when_the_run_fails(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="the run failed"):
+        with output_dir_lock(str(out)):
+            assert (out / LOCK_NAME).is_file()
+            raise RuntimeError("the run failed")
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_a_concurrent_runs_lock_file_is_never_removed(tmp_path):
+    """Someone deletes the lock file of a running run and a second run takes the name: when the first run ends,
+    the file it removes would be the second run's; it leaves it."""
+    out = tmp_path / "out"
+    with output_dir_lock(str(out)):
+        (out / LOCK_NAME).unlink()
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=subprocess_env(),
+        )  # fmt: skip
+        try:
+            assert holder.stdout.readline().strip() == "locked"
+        except BaseException:
+            holder.kill()
+            raise
+    try:
+        assert json.loads((out / LOCK_NAME).read_text())["pid"] == holder.pid
+        with pytest.raises(OutputDirError, match=f"in use by the run of pid {holder.pid}"):
+            with output_dir_lock(str(out)):
+                pass
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def test_a_lock_file_removed_by_its_ending_run_is_not_taken(tmp_path, monkeypatch):
+    """The run holding the folder ends (removing its lock file) between this run's open and its flock: the file
+    this run then locks has no name, so it opens the name again and locks the file that has it."""
+    from minimind_trl.trainer import run_safety
+
+    out = tmp_path / "out"
+    out.mkdir()
+    flock, ended = run_safety.fcntl.flock, []
+
+    def holder_ends_first(handle, operation):
+        if operation & run_safety.fcntl.LOCK_EX and not ended:
+            ended.append(True)
+            os.unlink(out / LOCK_NAME)
+        return flock(handle, operation)
+
+    monkeypatch.setattr(run_safety.fcntl, "flock", holder_ends_first)
+    with output_dir_lock(str(out)):
+        assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert ended and not (out / LOCK_NAME).exists()
+
+
 def test_the_lock_is_reentrant_within_a_run_and_skipped_by_other_ranks(tmp_path):
     with output_dir_lock(str(tmp_path)):
         with output_dir_lock(str(tmp_path)):  # `run` holds it around `train` and `save_model`, which take it too
@@ -461,6 +521,7 @@ def test_an_infinite_reward_stops_the_run_with_a_user_error(tiny, tmp_path):
     recipe = tiny_recipe(tmp_path, *tiny, reward_funcs=["format", "test_run_safety:inf_reward"], max_steps=1)
     with pytest.raises(RewardFunctionError, match="reward function inf_reward at step 1 returned inf at position 0"):
         main(["--config", str(recipe)])
+    assert (tmp_path / "out").is_dir() and not (tmp_path / "out" / LOCK_NAME).exists()  # removed on failure too
 
 
 def huge_reward(completions, **kwargs):
