@@ -36,17 +36,10 @@ from .speed import cpu_precision
 from .speed.fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .algorithm.loss_aggregation import LossScale, aggregate, effective_loss_aggregation
-from .outputs.model_card import (
-    RunCard,
-    extend_model_card,
-    peft_summary,
-    render_run_section,
-    upstream_settings,
-    upstream_title,
-)
+from .outputs.model_card import RunCard, describe_run, extend_model_card, render_run_section
 from .algorithm.policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
 from .algorithm.policy_losses import upto_first_eos_mask
-from .algorithm.seam_choice import seam_rows, seam_run_identity
+from .algorithm.seam_choice import seam_run_identity
 from .speed.prompt_sharing import shares_prompts, with_shared_prompt
 from .rollouts.tool_loop_checks import record_unanswered_calls
 from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
@@ -402,14 +395,12 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         """What the trainer itself knows about the run: base model, reward functions and weights, PEFT, settings."""
         named = getattr(model.config, "_name_or_path", "") if not isinstance(model, str) else model
         base_model = named or "in-memory model"
-        return RunCard(
-            base_model=base_model,
+        return describe_run(
+            base_model,
+            self.args,
+            peft_config=peft_config,
             reward_funcs=list(self.reward_func_names),
             reward_weights=self.reward_weights.tolist(),
-            peft=peft_summary(peft_config),
-            settings=upstream_settings(self.args),
-            upstream=upstream_title(self.args),
-            functions=seam_rows(self.args),
         )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
