@@ -12,7 +12,7 @@ def native_config(config):
     """The transformers config vLLM runs `config` (a `MiniMindConfig`) as: Llama, Qwen3 or Qwen3-MoE, with the
     folder's dtype and path. Raises `VLLMModelError` for MiniMind2 MoE and for a YaRN transformers computes
     differently (the export's checks)."""
-    from .formats.architectures import TARGET_CLASS_NAMES, target_format, transformers_config
+    from .architectures import TARGET_CLASS_NAMES, target_format, transformers_config
     from ..errors import ExportError, VLLMModelError
 
     folder = getattr(config, "_name_or_path", "") or "the MiniMind folder"
