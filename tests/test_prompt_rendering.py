@@ -21,7 +21,6 @@ from minimind_trl.prompt_rendering import (
     SYSTEM_PROMPTS,
     PromptRenderer,
     PromptRendering,
-    check_rendering_settings,
     choose_open_thinking,
     choose_system_prompt,
     prompt_renderer,
@@ -29,6 +28,7 @@ from minimind_trl.prompt_rendering import (
     with_rendered_prompts,
 )
 from minimind_trl.rewards import parse_prompt_turns
+from minimind_trl.trainer.checks.trainer_settings import check_rendering_settings
 from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
 
 MINIMIND3_TOKENIZER = SHARED / "fixtures" / "minimind-upstream" / "MiniMind-3" / "tokenizer"
