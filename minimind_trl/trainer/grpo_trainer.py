@@ -94,10 +94,10 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         completions_as_text(self)  # MiniMind's rewards score the whole decoded completion (see trl_overrides)
         if self.use_vllm:
             reload_layerwise_on_cpu(self.vllm_generation)
-        if self.use_vllm and self.vllm_mode == "server" and settings.uses_vllm_logprobs:
+        if self.use_vllm and self.vllm_mode == "server" and settings.server_logprobs_mode is not None:
             if self.accelerator.is_main_process:
                 server_info = self.vllm_generation.vllm_client.get_server_info()
-                check_server_logprobs_mode(server_info["model_config"]["logprobs_mode"], args)
+                check_server_logprobs_mode(server_info["model_config"]["logprobs_mode"], settings.server_logprobs_mode)
         # TRL's own MoE aux path is Mixtral's (router logits). MiniMind has no router-logits output and returns its
         # loss on the backbone output instead, but its config names the coefficient `router_aux_loss_coef`, and an
         # `output_router_logits` attribute left on it (TRL's SFTTrainer sets one) would switch TRL's path on.

@@ -6,12 +6,13 @@ checks its own arguments. `trainer_settings` does so once, in this order, and th
 1. a dataset rendered per prompt (`prompt_rendering.with_rendered_prompts`): trainer settings under which its
    renderer could not see the epoch or its row column (`check_rendering_settings`, also the run plan's check);
 2. the optional packages the config switches on (`extras`): named now, not in a traceback after the models load;
-3. vLLM rollouts (`vllm_rollouts`): a policy vLLM cannot run, a server mode that cannot sync weights here, and the
-   colocated engine's dtype and log-probs;
+3. vLLM rollouts (`vllm_rollouts`): a policy vLLM cannot run, a server mode that cannot sync weights here, the
+   colocated engine's dtype and log-probs, and the log-probs a server must return;
 4. the temperature the loss's log-probs are scored at and the function each seam runs (for the run record).
 
-Two checks need what TRL builds and stay in the constructor: a vLLM server's log-probs mode (it must answer
-first) and the lean sampler's (`_fast_sampler`, which needs to know whether DeepSpeed or FSDP partitions the policy).
+Two checks need what TRL builds and stay in the constructor: a vLLM server's log-probs mode against the one
+derived here (the server must answer first) and the lean sampler's (`_fast_sampler`: whether DeepSpeed or FSDP
+partitions the policy).
 """
 
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from ...errors import RecipeError
 from ...prompt_rendering import PromptRendering, prompt_renderer
 from ..algorithm.policy_losses import TRL_LOSS_TYPES
 from ..algorithm.seam_choice import seam_run_identity
-from ..rollouts.vllm_rollouts import check_vllm_policy, colocated_engine_kwargs
+from ..rollouts.vllm_rollouts import check_vllm_policy, colocated_engine_kwargs, logprobs_mode
 from .extras import EXTRAS, check_extras, missing_extra
 
 
@@ -31,7 +32,7 @@ class TrainerSettings:
 
     scoring_temperature: float  # the fused LM head's: 1.0 unless `tempered_logprobs`
     vllm_engine_kwargs: dict = field(default_factory=dict)  # over TRL's, for a colocated `vllm.LLM`
-    uses_vllm_logprobs: bool = False  # the loss or TRL's correction reads vLLM's log-probs (a server's are checked)
+    server_logprobs_mode: str | None = None  # what a vLLM server must return (None: neither loss nor TRL reads it)
     seam_identity: dict = field(default_factory=dict)  # the run record's `<key>_function` entries
     missing_after_trl: str | None = None  # a missing extra named only after TRL's own argument checks
 
@@ -70,10 +71,12 @@ def trainer_settings(model, args, train_dataset) -> TrainerSettings:
     missing_after_trl = missing_extra(args, after_trl)
     check_vllm_policy(model, args)
     engine_kwargs = colocated_engine_kwargs(args)
+    uses_vllm_logprobs = args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES
+    server_logprobs_mode = logprobs_mode(args) if uses_vllm_logprobs else None
     return TrainerSettings(
         scoring_temperature=args.temperature if args.tempered_logprobs else 1.0,
         vllm_engine_kwargs=engine_kwargs,
-        uses_vllm_logprobs=args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES,
+        server_logprobs_mode=server_logprobs_mode,
         seam_identity=seam_run_identity(args),
         missing_after_trl=missing_after_trl,
     )
