@@ -1,9 +1,11 @@
 """Stage 3 of `minimind-trl grpo`: the built parts. Data, policy source, tokenizer and rewards, then the trainer.
 
 Runs after the run plan (`run_plan.check_run`), so everything here may load: nothing is checked again, and what
-the plan derived (the prompt rendering, the policy's `from_pretrained` arguments, the adapter, the run identity
-and the model card) is read from it.
+the plan derived (where the policy loads from, the prompt rendering, the policy's `from_pretrained` arguments,
+the adapter, the run identity and the model card) is read from it.
 """
+
+from contextlib import nullcontext
 
 from ..agent.data import load_agent_dataset
 from ..agent.recipe import build_agent_rollout, check_agent_tokenizer, check_offered_tools
@@ -12,7 +14,7 @@ from ..data import load_rlaif_dataset
 from ..prompt_rendering import PromptRendering, with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
-from .policy import load_tokenizer, resolve_policy
+from .policy import load_tokenizer, prepare_policy
 from .recipe import Recipe
 from .run_plan import RunPlan, check_enough_prompts, check_run
 
@@ -55,7 +57,14 @@ def build_from_plan(
     check_enough_prompts(dataset, training_args, script_args.dataset_name if train_dataset is None else None)
     if script_args.rollout == "agent":  # before the policy loads: the data is read now
         check_offered_tools(dataset, recipe_toolbox(script_args), script_args.dataset_name)
-    policy = resolve_policy(model_args, script_args, training_args)
+    policy = plan.policy  # a native .pth: the main process converts it, the others then read its folder
+    converting = (
+        training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy")
+        if policy.native_checkpoint is not None
+        else nullcontext()
+    )
+    with converting:
+        prepare_policy(policy, model_args, script_args)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
     dataset = render_per_prompt(dataset, tokenizer, plan.rendering, plan.chat_template_kwargs)
     rollout_func = None

@@ -3,9 +3,9 @@
 Recipe keys were checked when parsing; here the policy and data locations, reward names, imports and the reward
 model's `config.json`, logging integrations, option combinations, the resume checkpoint and its batch geometry
 and the callbacks, and where a recipe that declares `upstream: <generation>` departs from that generation. The
-same pass derives, once, what the later stages read: the prompt rendering, the policy's `from_pretrained`
-arguments, the adapter, the run identity and the model card. The result, `RunPlan`, is what the building stage
-and the trainer read; nothing after it checks or derives these again.
+same pass derives, once, what the later stages read: where the policy loads from, the prompt rendering, the
+policy's `from_pretrained` arguments, the adapter, the run identity and the model card. The result, `RunPlan`,
+is what the building stage and the trainer read; nothing after it checks or derives these again.
 """
 
 import dataclasses
@@ -28,7 +28,7 @@ from ..trainer.outputs.output_dir import check_output_dir, run_inputs
 from ..trainer.outputs.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
-from .policy import check_model_source, is_native_checkpoint, lora_config, model_init_kwargs
+from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
 from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -146,10 +146,10 @@ def recipe_run_identity(script_args, model_args) -> dict:
     return values
 
 
-def run_card(script_args, training_args, model_args, recipe: Recipe, peft_config) -> RunCard:
+def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config) -> RunCard:
     """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
     return describe_run(
-        model_args.model_name_or_path,  # the base model the card names, also for a converted native .pth
+        base_model,
         training_args,
         script_args,
         peft_config,
@@ -171,6 +171,7 @@ class RunPlan:
     callbacks: list
     upstream_departures: list[str] = field(default_factory=list)
     run_identity: dict = field(default_factory=dict)
+    policy: PolicySource | None = None  # where the policy loads from (a native .pth: its conversion's folder)
     rendering: PromptRendering = field(default_factory=PromptRendering)  # per-prompt choices, or none
     chat_template_kwargs: dict = field(default_factory=dict)  # what every chat template renders with
     model_init_kwargs: dict = field(default_factory=dict)  # `from_pretrained`'s, for the policy and the reference
@@ -185,6 +186,7 @@ def check_run(
     message names the culprit. `check_data=False` when the caller brings its own dataset; `recipe` is what the
     model card shows of the recipe."""
     check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
+    policy = policy_source(model_args, script_args, training_args.output_dir)
     if check_data:
         check_dataset_source(script_args.dataset_name, script_args.dataset_config)
     check_reward_specs(script_args, training_args)
@@ -241,11 +243,12 @@ def check_run(
         load_callbacks(script_args.callbacks),
         departures,
         identity,
+        policy=policy,
         rendering=rendering,
         chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
         model_init_kwargs=model_init_kwargs(model_args, training_args),
         peft_config=peft_config,
-        run_card=run_card(script_args, training_args, model_args, recipe or Recipe(), peft_config),
+        run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
     )
 
 
