@@ -230,30 +230,6 @@ def prompt_renderer(dataset: Any) -> PromptRenderer | None:
     return transform if isinstance(transform, PromptRenderer) else None
 
 
-def check_rendered_dataset(dataset: Any, training_args) -> None:
-    """`check_rendering_settings` for a dataset a Python user rendered with `with_rendered_prompts` (the CLI checks
-    its recipe before loading anything)."""
-    renderer = prompt_renderer(dataset)
-    if renderer is not None:
-        check_rendering_settings(renderer.rendering, training_args)
-
-
-def check_rendering_settings(rendering: PromptRendering, training_args) -> None:
-    """Trainer settings under which the renderer could not see the epoch or its row column: a `RecipeError`."""
-    if not rendering.per_prompt:
-        return
-    if training_args.remove_unused_columns:
-        raise RecipeError(
-            "thinking_ratio/system_prompt_ratio render each prompt from its row, which remove_unused_columns=true "
-            "would drop; set remove_unused_columns: false (TRL's GRPO default)"
-        )
-    if training_args.dataloader_num_workers > 0 and training_args.dataloader_persistent_workers:
-        raise RecipeError(
-            "thinking_ratio/system_prompt_ratio key each prompt on the epoch, which persistent dataloader workers "
-            "never see change; set dataloader_persistent_workers: false (or dataloader_num_workers: 0)"
-        )
-
-
 __all__ = [
     "OPEN_THINKING_KWARG",
     "ROW_COLUMN",
@@ -263,8 +239,6 @@ __all__ = [
     "PromptRenderer",
     "PromptRendering",
     "check_ratio",
-    "check_rendered_dataset",
-    "check_rendering_settings",
     "choose_open_thinking",
     "choose_system_prompt",
     "keyed_uniform",

@@ -21,7 +21,6 @@ from minimind_trl.prompt_rendering import (
     SYSTEM_PROMPTS,
     PromptRenderer,
     PromptRendering,
-    check_rendering_settings,
     choose_open_thinking,
     choose_system_prompt,
     prompt_renderer,
@@ -29,6 +28,7 @@ from minimind_trl.prompt_rendering import (
     with_rendered_prompts,
 )
 from minimind_trl.rewards import parse_prompt_turns
+from minimind_trl.trainer.checks.trainer_settings import check_rendering_settings
 from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
 
 MINIMIND3_TOKENIZER = SHARED / "fixtures" / "minimind-upstream" / "MiniMind-3" / "tokenizer"
@@ -113,13 +113,15 @@ def test_recipe_ratios_are_checked_when_parsing(tmp_path):
 def test_defaults_leave_the_seed_path_alone(tmp_path):
     """MiniMind2's path: no per-prompt choice, and `minimind-trl grpo` hands TRL the conversational dataset as is."""
     from minimind_trl.cli.build import render_per_prompt
+    from minimind_trl.cli.run_plan import prompt_rendering
 
     recipe = tiny_recipe(tmp_path, tmp_path / "policy", tmp_path / "data.jsonl")
     script_args, training_args, _, _ = parse_args(["--config", str(recipe)])
     assert script_args.thinking_ratio is None and script_args.system_prompt_ratio == 0.0
     assert script_args.dataset_roles == "position"
     dataset = object()
-    assert render_per_prompt(dataset, None, script_args, training_args) is dataset
+    rendering = prompt_rendering(script_args, training_args)
+    assert render_per_prompt(dataset, None, rendering, training_args.chat_template_kwargs) is dataset
 
 
 def test_rendering_each_fixture_conversation_gives_upstreams_prompt(tokenizer):

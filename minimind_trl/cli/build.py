@@ -1,20 +1,22 @@
 """Stage 3 of `minimind-trl grpo`: the built parts. Data, policy source, tokenizer and rewards, then the trainer.
 
-Runs after the run plan (`run_plan.check_run`), so everything here may load: nothing is checked again.
+Runs after the run plan (`run_plan.check_run`), so everything here may load: nothing is checked again, and what
+the plan derived (where the policy loads from, the prompt rendering, the policy's `from_pretrained` arguments,
+the adapter, the run identity and the model card) is read from it.
 """
+
+from contextlib import nullcontext
 
 from ..agent.data import load_agent_dataset
 from ..agent.recipe import build_agent_rollout, check_agent_tokenizer, check_offered_tools
 from ..agent.tools import recipe_toolbox
 from ..data import load_rlaif_dataset
-from ..prompt_rendering import with_rendered_prompts
+from ..prompt_rendering import PromptRendering, with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
-from ..trainer.outputs.model_card import RunCard, peft_summary, upstream_settings, upstream_title
-from ..trainer.algorithm.seam_choice import seam_rows
-from .policy import load_tokenizer, lora_config, model_init_kwargs, resolve_policy
+from .policy import load_tokenizer, prepare_policy
 from .recipe import Recipe
-from .run_plan import RunPlan, check_enough_prompts, check_run, prompt_rendering
+from .run_plan import RunPlan, check_enough_prompts, check_run
 
 
 def load_train_dataset(script_args, training_args):
@@ -38,51 +40,38 @@ def load_train_dataset(script_args, training_args):
     return dataset
 
 
-def render_per_prompt(dataset, tokenizer, script_args, training_args):
+def render_per_prompt(dataset, tokenizer, rendering: PromptRendering, chat_template_kwargs=None):
     """`dataset` with each prompt rendered per row (MiniMind-3's `thinking_ratio`/system prompts), or unchanged."""
-    rendering = prompt_rendering(script_args, training_args)
     if not rendering.per_prompt:
         return dataset
-    return with_rendered_prompts(dataset, tokenizer, rendering, training_args.chat_template_kwargs)
-
-
-def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config) -> RunCard:
-    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
-    return RunCard(
-        base_model=base_model,
-        recipe=recipe.path,
-        recipe_text=recipe.text,
-        overrides=recipe.overrides,
-        reward_funcs=list(script_args.reward_funcs),
-        reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
-        reward_model=script_args.reward_model_name_or_path,
-        dataset=script_args.dataset_name,
-        peft=peft_summary(peft_config),
-        settings=upstream_settings(training_args, script_args),
-        upstream=upstream_title(training_args),
-        functions=seam_rows(training_args),
-    )
+    return with_rendered_prompts(dataset, tokenizer, rendering, chat_template_kwargs)
 
 
 def build_from_plan(
-    plan: RunPlan, script_args, training_args, model_args, callbacks=None, recipe: Recipe | None = None, train_dataset=None
+    plan: RunPlan, script_args, training_args, model_args, callbacks=None, train_dataset=None
 ) -> MiniMindGRPOTrainer:
     """Load the parts a checked plan names and construct the trainer (not yet trained)."""
     training_args.resume_from_checkpoint = plan.resume_from_checkpoint
+    training_args.model_init_kwargs = plan.model_init_kwargs
     dataset = train_dataset if train_dataset is not None else load_train_dataset(script_args, training_args)
     check_enough_prompts(dataset, training_args, script_args.dataset_name if train_dataset is None else None)
     if script_args.rollout == "agent":  # before the policy loads: the data is read now
         check_offered_tools(dataset, recipe_toolbox(script_args), script_args.dataset_name)
-    policy = resolve_policy(model_args, script_args, training_args)
+    policy = plan.policy  # a native .pth: the main process converts it, the others then read its folder
+    converting = (
+        training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy")
+        if policy.native_checkpoint is not None
+        else nullcontext()
+    )
+    with converting:
+        prepare_policy(policy, model_args, script_args)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
-    dataset = render_per_prompt(dataset, tokenizer, script_args, training_args)
+    dataset = render_per_prompt(dataset, tokenizer, plan.rendering, plan.chat_template_kwargs)
     rollout_func = None
     if script_args.rollout == "agent":
-        check_agent_tokenizer(tokenizer, script_args.thinking_ratio, training_args.chat_template_kwargs)
+        check_agent_tokenizer(tokenizer, script_args.thinking_ratio, plan.chat_template_kwargs)
         rollout_func = build_agent_rollout(script_args)
     reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
-    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
-    peft_config = lora_config(model_args)
     return MiniMindGRPOTrainer(
         model=policy.path,
         reward_funcs=reward_funcs,
@@ -90,10 +79,10 @@ def build_from_plan(
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=plan.callbacks + list(callbacks or []),
-        peft_config=peft_config,
+        peft_config=plan.peft_config,
         rollout_func=rollout_func,
         run_identity=plan.run_identity,
-        run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
+        run_card=plan.run_card,
     )
 
 
@@ -104,8 +93,8 @@ def build_trainer(
 
     `callbacks` are added to those of `script_args.callbacks`; `train_dataset` replaces `dataset_name`'s data.
     """
-    plan = check_run(script_args, training_args, model_args, check_data=train_dataset is None)
-    return build_from_plan(plan, script_args, training_args, model_args, callbacks, recipe, train_dataset)
+    plan = check_run(script_args, training_args, model_args, check_data=train_dataset is None, recipe=recipe)
+    return build_from_plan(plan, script_args, training_args, model_args, callbacks, train_dataset)
 
 
-__all__ = ["build_from_plan", "build_trainer", "load_train_dataset", "render_per_prompt", "run_card"]
+__all__ = ["build_from_plan", "build_trainer", "load_train_dataset", "render_per_prompt"]

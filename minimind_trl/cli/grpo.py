@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     """`minimind-trl grpo`; user errors raise `MiniMindTRLError` before any model loads (the command reports them)."""
     show_package_notes()
     script_args, training_args, model_args, recipe = parse_args(argv)
-    plan = check_run(script_args, training_args, model_args)
-    trainer = build_from_plan(plan, script_args, training_args, model_args, recipe=recipe)
+    plan = check_run(script_args, training_args, model_args, recipe=recipe)
+    trainer = build_from_plan(plan, script_args, training_args, model_args)
     try:
         run(trainer, script_args)
     except OSError as exc:

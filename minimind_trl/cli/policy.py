@@ -138,25 +138,45 @@ def check_policy_weights(name_or_path: str, revision: str = "main") -> None:
         )
 
 
-def resolve_policy(model_args, script_args, training_args) -> PolicySource:
-    """The policy's `from_pretrained` path (checked by the run plan), converting a native `.pth` on the main
-    process first."""
+def policy_source(model_args, script_args, output_dir: str) -> PolicySource:
+    """Where the policy loads from (the run plan's part: nothing is read): a folder or Hub id as it is, a native
+    `.pth` from its conversion in `<output_dir>/_base_model`. `native_config` applies to a native `.pth` only."""
     name = model_args.model_name_or_path
     tokenizer = script_args.tokenizer_name_or_path
-    native_config = getattr(script_args, "native_config", None)
     if not is_native_checkpoint(name):
-        if native_config:
+        if getattr(script_args, "native_config", None):
             raise ModelSourceError(
                 f"native_config applies to a native .pth policy; {name} is a Hugging Face folder or Hub id whose "
                 f"config.json already records these settings (remove native_config)"
             )
-        check_policy_weights(name, revision=model_args.model_revision)
         return PolicySource(path=name, tokenizer_path=tokenizer or name, base_model=name)
-    with training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy"):
-        folder = convert_native_policy(
-            name, tokenizer, training_args.output_dir, script_args.native_num_attention_heads, native_config
-        )
+    folder = os.path.join(output_dir, CONVERTED_DIR)
     return PolicySource(path=folder, tokenizer_path=folder, base_model=name, native_checkpoint=name)
+
+
+def prepare_policy(source: PolicySource, model_args, script_args) -> PolicySource:
+    """Make `source.path` loadable: convert a native `.pth` there (the caller runs this on the main process first),
+    or check a MiniMind folder's weights against its config."""
+    if source.native_checkpoint is None:
+        check_policy_weights(source.path, revision=model_args.model_revision)
+        return source
+    convert_native_policy(
+        source.native_checkpoint,
+        script_args.tokenizer_name_or_path,
+        os.path.dirname(source.path),
+        script_args.native_num_attention_heads,
+        getattr(script_args, "native_config", None),
+    )
+    return source
+
+
+def resolve_policy(model_args, script_args, training_args) -> PolicySource:
+    """The policy's `from_pretrained` path (`policy_source`), converting a native `.pth` on the main process first."""
+    source = policy_source(model_args, script_args, training_args.output_dir)
+    if source.native_checkpoint is None:
+        return prepare_policy(source, model_args, script_args)
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy"):
+        return prepare_policy(source, model_args, script_args)
 
 
 def load_tokenizer(tokenizer_path: str, revision: str = "main"):
@@ -211,5 +231,7 @@ __all__ = [
     "load_tokenizer",
     "lora_config",
     "model_init_kwargs",
+    "policy_source",
+    "prepare_policy",
     "resolve_policy",
 ]

@@ -3,7 +3,9 @@
 Recipe keys were checked when parsing; here the policy and data locations, reward names, imports and the reward
 model's `config.json`, logging integrations, option combinations, the resume checkpoint and its batch geometry
 and the callbacks, and where a recipe that declares `upstream: <generation>` departs from that generation. The
-result, `RunPlan`, is what the building stage needs; nothing after it checks again.
+same pass derives, once, what the later stages read: where the policy loads from, the prompt rendering, the
+policy's `from_pretrained` arguments, the adapter, the run identity and the model card. The result, `RunPlan`,
+is what the building stage and the trainer read; nothing after it checks or derives these again.
 """
 
 import dataclasses
@@ -16,15 +18,18 @@ from ..agent.recipe import check_agent_recipe
 from ..errors import RecipeError
 from ..generations import deviations, format_value, get_generation
 from ..loading_utils import import_object
-from ..prompt_rendering import PromptRendering, check_rendering_settings
+from ..prompt_rendering import PromptRendering
 from ..rewards.registry import check_reward_specs
 from ..trainer.outputs.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
 from ..trainer.outputs.run_identity import normal_path, path_fingerprint
 from ..trainer.checks.extras import check_extras
+from ..trainer.checks.trainer_settings import check_rendering_settings
 from ..trainer.outputs.output_dir import check_output_dir, run_inputs
 from ..trainer.outputs.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
 from ..trainer.algorithm.seam_choice import seam_run_identity
-from .policy import check_model_source, is_native_checkpoint
+from ..trainer.outputs.model_card import RunCard, describe_run
+from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
+from .recipe import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -141,24 +146,52 @@ def recipe_run_identity(script_args, model_args) -> dict:
     return values
 
 
+def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config) -> RunCard:
+    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
+    return describe_run(
+        base_model,
+        training_args,
+        script_args,
+        peft_config,
+        recipe=recipe.path,
+        recipe_text=recipe.text,
+        overrides=recipe.overrides,
+        reward_funcs=list(script_args.reward_funcs),
+        reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
+        reward_model=script_args.reward_model_name_or_path,
+        dataset=script_args.dataset_name,
+    )
+
+
 @dataclass
 class RunPlan:
-    """What the checks established, for the building stage that follows."""
+    """What the checks established and derived, for the building stage and the trainer that follow."""
 
     resume_from_checkpoint: str | None
     callbacks: list
     upstream_departures: list[str] = field(default_factory=list)
     run_identity: dict = field(default_factory=dict)
+    policy: PolicySource | None = None  # where the policy loads from (a native .pth: its conversion's folder)
+    rendering: PromptRendering = field(default_factory=PromptRendering)  # per-prompt choices, or none
+    chat_template_kwargs: dict = field(default_factory=dict)  # what every chat template renders with
+    model_init_kwargs: dict = field(default_factory=dict)  # `from_pretrained`'s, for the policy and the reference
+    peft_config: object = None  # the adapter TRL wraps the policy in (`lora_config`), or None
+    run_card: RunCard | None = None  # the model card's description of the run
 
 
-def check_run(script_args, training_args, model_args, check_data: bool = True) -> RunPlan:
-    """All checks that need no model; raises a `ValueError` subclass whose message names the culprit.
-    `check_data=False` when the caller brings its own dataset."""
+def check_run(
+    script_args, training_args, model_args, check_data: bool = True, recipe: Recipe | None = None
+) -> RunPlan:
+    """All checks that need no model, then what the later stages read; raises a `ValueError` subclass whose
+    message names the culprit. `check_data=False` when the caller brings its own dataset; `recipe` is what the
+    model card shows of the recipe."""
     check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
+    policy = policy_source(model_args, script_args, training_args.output_dir)
     if check_data:
         check_dataset_source(script_args.dataset_name, script_args.dataset_config)
     check_reward_specs(script_args, training_args)
-    check_rendering_settings(prompt_rendering(script_args, training_args), training_args)
+    rendering = prompt_rendering(script_args, training_args)
+    check_rendering_settings(rendering, training_args)
     if script_args.rollout == "agent":
         check_agent_recipe(script_args, training_args)
     check_reporting(training_args.report_to)
@@ -204,7 +237,19 @@ def check_run(script_args, training_args, model_args, check_data: bool = True) -
         logger.warning(
             "this run follows %s except in %d setting(s):\n  %s", title, len(departures), "\n  ".join(departures)
         )
-    return RunPlan(resume, load_callbacks(script_args.callbacks), departures, identity)
+    peft_config = lora_config(model_args)  # after the run identity, which records the recipe's own targets
+    return RunPlan(
+        resume,
+        load_callbacks(script_args.callbacks),
+        departures,
+        identity,
+        policy=policy,
+        rendering=rendering,
+        chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
+        model_init_kwargs=model_init_kwargs(model_args, training_args),
+        peft_config=peft_config,
+        run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
+    )
 
 
 __all__ = [
@@ -218,4 +263,5 @@ __all__ = [
     "prompt_rendering",
     "upstream_departures",
     "recipe_run_identity",
+    "run_card",
 ]

@@ -24,39 +24,25 @@ import torch
 from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
 
-from ..prompt_rendering import check_rendered_dataset
+from ..errors import RecipeError
 from .algorithm.advantages import TRL_ADVANTAGES, estimate_advantages, minimind_advantages
 from .outputs.checkpointed_training import CheckpointedTraining
 from .checks.reward_checks import check_trainer_arguments, check_weighted_rewards, checked_reward_funcs
 from .outputs.run_identity import trainer_run_identity
 from .outputs.output_dir import reward_model_sources, run_inputs
 from .algorithm.dynamic_sampling import refill
-from .checks.extras import EXTRAS, check_extras
+from .checks.trainer_settings import trainer_settings
 from .speed import cpu_precision
 from .speed.fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .algorithm.loss_aggregation import LossScale, aggregate, effective_loss_aggregation
-from .outputs.model_card import (
-    RunCard,
-    extend_model_card,
-    peft_summary,
-    render_run_section,
-    upstream_settings,
-    upstream_title,
-)
+from .outputs.model_card import RunCard, describe_run, extend_model_card, render_run_section
 from .algorithm.policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
 from .algorithm.policy_losses import upto_first_eos_mask
-from .algorithm.seam_choice import seam_rows, seam_run_identity
 from .speed.prompt_sharing import shares_prompts, with_shared_prompt
 from .rollouts.tool_loop_checks import record_unanswered_calls
 from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
-from .rollouts.vllm_rollouts import (
-    check_server_logprobs_mode,
-    check_vllm_policy,
-    colocated_engine_kwargs,
-    reload_layerwise_on_cpu,
-    shut_down_engine,
-)
+from .rollouts.vllm_rollouts import check_server_logprobs_mode, reload_layerwise_on_cpu, shut_down_engine
 
 
 class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
@@ -94,31 +80,24 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             args = MiniMindGRPOConfig(f"{name.rstrip('/').split('/')[-1]}-GRPO")
         if not isinstance(args, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
-        # vLLM, liger-kernel: named now, not in a traceback after the models load. With a policy the caller built,
-        # liger-kernel (imported only when training starts) is named after TRL's own argument checks, which hold
-        # with or without it (e.g. an adapter on lm_head), so TRL's errors come first as with GRPOTrainer.
-        after_trl = ("use_liger_kernel",) if not isinstance(model, str) else ()
-        check_extras(args, [option for option in EXTRAS if option not in after_trl])
-        check_vllm_policy(model, args)
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
+        settings = trainer_settings(model, args, bound.arguments.get("train_dataset"))  # checked and derived once
         peft_config = bound.arguments.get("peft_config")
-        check_rendered_dataset(bound.arguments.get("train_dataset"), args)  # its renderer needs its row and epoch
         uses_peft = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
         reference = None
         if not isinstance(model, str) and args.beta != 0.0 and not uses_peft:
             reference = reference_copy(model)
-        scoring_temperature = args.temperature if args.tempered_logprobs else 1.0
-        with trl_init_overrides(scoring_temperature, reference, colocated_engine_kwargs(args)):
+        with trl_init_overrides(settings.scoring_temperature, reference, settings.vllm_engine_kwargs):
             super().__init__(model, reward_funcs, args, *trl_args, **trl_kwargs)
-        check_extras(args, after_trl)
+        if settings.missing_after_trl is not None:
+            raise RecipeError(settings.missing_after_trl)
         completions_as_text(self)  # MiniMind's rewards score the whole decoded completion (see trl_overrides)
         if self.use_vllm:
             reload_layerwise_on_cpu(self.vllm_generation)
-        uses_vllm_logprobs = args.vllm_importance_sampling_correction or args.loss_type not in TRL_LOSS_TYPES
-        if self.use_vllm and self.vllm_mode == "server" and uses_vllm_logprobs:
+        if self.use_vllm and self.vllm_mode == "server" and settings.server_logprobs_mode is not None:
             if self.accelerator.is_main_process:
                 server_info = self.vllm_generation.vllm_client.get_server_info()
-                check_server_logprobs_mode(server_info["model_config"]["logprobs_mode"], args)
+                check_server_logprobs_mode(server_info["model_config"]["logprobs_mode"], settings.server_logprobs_mode)
         # TRL's own MoE aux path is Mixtral's (router logits). MiniMind has no router-logits output and returns its
         # loss on the backbone output instead, but its config names the coefficient `router_aux_loss_coef`, and an
         # `output_router_logits` attribute left on it (TRL's SFTTrainer sets one) would switch TRL's path on.
@@ -133,7 +112,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
             model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset, self.rollout_func
-        ) | seam_run_identity(args)
+        ) | settings.seam_identity
         self.run_identity = {**known, **(run_identity or {})}
         tokenizer = getattr(self.processing_class, "name_or_path", None)
         self._run_inputs = run_inputs(self.run_identity, tokenizer, reward_model_sources(reward_funcs))
@@ -402,14 +381,12 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         """What the trainer itself knows about the run: base model, reward functions and weights, PEFT, settings."""
         named = getattr(model.config, "_name_or_path", "") if not isinstance(model, str) else model
         base_model = named or "in-memory model"
-        return RunCard(
-            base_model=base_model,
+        return describe_run(
+            base_model,
+            self.args,
+            peft_config=peft_config,
             reward_funcs=list(self.reward_func_names),
             reward_weights=self.reward_weights.tolist(),
-            peft=peft_summary(peft_config),
-            settings=upstream_settings(self.args),
-            upstream=upstream_title(self.args),
-            functions=seam_rows(self.args),
         )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):

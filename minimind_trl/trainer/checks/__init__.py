@@ -1,2 +1,2 @@
 """Checks on what a user hands the trainer, before any model loads: every numeric setting's range, the optional
-packages a recipe switches on, the model and reward functions."""
+packages a recipe switches on, the model and reward functions, and the constructor's one pass over its config."""

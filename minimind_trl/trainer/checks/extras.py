@@ -22,13 +22,21 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def check_extras(args, options=tuple(EXTRAS)) -> None:
-    """A `RecipeError` naming the option and the package when one of `options` needs a package that is not
-    installed."""
+def missing_extra(args, options=tuple(EXTRAS)) -> str | None:
+    """The message naming the first of `options` that needs a package that is not installed, or None."""
     for option in options:
         enabled, module, install = EXTRAS[option]
         if enabled(args) and not _installed(module):
-            raise RecipeError(f"{option}: true needs the {module} package, which is not installed: {install}")
+            return f"{option}: true needs the {module} package, which is not installed: {install}"
+    return None
 
 
-__all__ = ["EXTRAS", "check_extras"]
+def check_extras(args, options=tuple(EXTRAS)) -> None:
+    """A `RecipeError` naming the option and the package when one of `options` needs a package that is not
+    installed."""
+    message = missing_extra(args, options)
+    if message is not None:
+        raise RecipeError(message)
+
+
+__all__ = ["EXTRAS", "check_extras", "missing_extra"]

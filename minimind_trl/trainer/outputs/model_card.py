@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ...rewards.registry import REWARD_MODEL_REWARDS
 from ...generations import SCRIPT, TRAINING, UPSTREAMS, compare, format_value, get_generation, same_value
+from ..algorithm.seam_choice import seam_rows
 
 # (setting, upstream flag, upstream's value) of every config field the seed (the minimind2 record, whose defaults the
 # config keeps) sets; tests check them against MiniMindGRPOConfig's defaults and the seed recipes.
@@ -21,7 +22,8 @@ CARD_SECTION_TITLE = "## MiniMind GRPO run"
 
 @dataclass
 class RunCard:
-    """What the model card says about a run (filled by `build_trainer`)."""
+    """What the model card says about a run (`describe_run` fills it: the run plan for the CLI, the trainer for
+    Python)."""
 
     base_model: str
     recipe: str | None = None
@@ -65,6 +67,23 @@ def peft_summary(peft_config) -> dict | None:
 
 def upstream_title(training_args) -> str:
     return get_generation(getattr(training_args, "upstream", None)).title
+
+
+def describe_run(base_model: str, args, script_args=None, peft_config=None, **described) -> RunCard:
+    """The run's card in one go: the function each seam runs, then every setting against the upstream generation
+    the run follows (`args.upstream`, by default the seed's; the rewards' rows need the CLI's `script_args`).
+    `described` are `RunCard`'s other fields (recipe, rewards, data)."""
+    functions = seam_rows(args)
+    generation = get_generation(getattr(args, "upstream", None))
+    rows = compare(generation, args, script_args)
+    return RunCard(
+        base_model=base_model,
+        peft=peft_summary(peft_config),
+        settings=[(row.name, row.run_value, row.upstream_value, row.flag) for row in rows],
+        upstream=generation.title,
+        functions=functions,
+        **described,
+    )
 
 
 CARD_METRICS = (
@@ -189,6 +208,7 @@ __all__ = [
     "CARD_SECTION_TITLE",
     "RunCard",
     "UPSTREAM_SETTINGS",
+    "describe_run",
     "extend_model_card",
     "final_metrics",
     "peft_summary",

@@ -94,16 +94,16 @@ def check_cpu_head_size(config) -> None:
         )
 
 
-def check_server_logprobs_mode(server_logprobs_mode: str, args) -> None:
-    """A server must return log-probs on the trainer's scale (`trl vllm-serve` starts it with TRL's
-    `processed_logprobs`; a later `--logprobs-mode` on its command line wins)."""
-    wanted = logprobs_mode(args)
+def check_server_logprobs_mode(server_logprobs_mode: str, wanted: str) -> None:
+    """A server must return log-probs on the trainer's scale, `wanted` (`logprobs_mode`; `trl vllm-serve` starts
+    it with TRL's `processed_logprobs`; a later `--logprobs-mode` on its command line wins)."""
     if server_logprobs_mode != wanted:
+        tempered = wanted == "processed_logprobs"
         raise RecipeError(
             f"the vLLM server returns {server_logprobs_mode} but this recipe scores log-probs as {wanted} "
-            f"(tempered_logprobs: {str(args.tempered_logprobs).lower()}): restart it with `--logprobs-mode {wanted}` "
+            f"(tempered_logprobs: {str(tempered).lower()}): restart it with `--logprobs-mode {wanted}` "
             f"(e.g. `trl vllm-serve --model ... --logprobs-mode {wanted}`), or set tempered_logprobs: "
-            f"{str(not args.tempered_logprobs).lower()}."
+            f"{str(not tempered).lower()}."
         )
 
 

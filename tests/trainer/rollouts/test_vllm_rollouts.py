@@ -94,9 +94,9 @@ def test_server_mode_without_cuda_is_refused(tmp_path):
 
 def test_a_server_returning_other_log_probs_is_refused(tmp_path):
     args = config(tmp_path, bf16=False, use_vllm=True, vllm_mode="server")
-    check_server_logprobs_mode("raw_logprobs", args)
+    check_server_logprobs_mode("raw_logprobs", logprobs_mode(args))
     with pytest.raises(RecipeError, match="--logprobs-mode raw_logprobs"):
-        check_server_logprobs_mode("processed_logprobs", args)  # what `trl vllm-serve` starts with
+        check_server_logprobs_mode("processed_logprobs", logprobs_mode(args))  # what `trl vllm-serve` starts with
 
 
 def test_a_registered_loss_with_vllm_takes_no_second_correction(tmp_path):
