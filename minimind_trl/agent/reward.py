@@ -250,14 +250,14 @@ class AgentReward:
         return f"AgentReward(scorer={scorer}, toolbox={self.toolbox!r}, clip={self.clip})"
 
 
-def build_agent_reward(script_args, training_args, tokenizer, scorer: Scorer | None) -> AgentReward:
+def build_agent_reward(script_args, context, tokenizer, scorer: Scorer | None) -> AgentReward:
     """The registry's builder: `agent_reward` with the reward model's scorer, `agent_rule_reward` with None."""
     return AgentReward(
         scorer,
         tokenizer=tokenizer,
         toolbox=recipe_toolbox(script_args),
         reward_model_clip=getattr(script_args, "reward_model_clip", 3.0),
-        chat_template_kwargs=training_args.chat_template_kwargs,
+        chat_template_kwargs=context.chat_template_kwargs,
     )
 
 
@@ -271,16 +271,16 @@ def check_agent_reward(script_args, training_args) -> None:
     check_agent_tools(script_args, training_args)
 
 
-def build_agent_model_reward(script_args, training_args, tokenizer) -> AgentReward:
+def build_agent_model_reward(script_args, context, tokenizer) -> AgentReward:
     """`agent_reward`: the reward model's score on the no-call branch."""
-    kind = check_reward_model(script_args, training_args)
-    scorer = registry.load_scorer(script_args.reward_model_name_or_path, kind, training_args.device)
-    return build_agent_reward(script_args, training_args, tokenizer, scorer)
+    kind = check_reward_model(script_args, context)
+    scorer = registry.load_scorer(script_args.reward_model_name_or_path, kind, context.device)
+    return build_agent_reward(script_args, context, tokenizer, scorer)
 
 
-def build_agent_rule_reward(script_args, training_args, tokenizer) -> AgentReward:
+def build_agent_rule_reward(script_args, context, tokenizer) -> AgentReward:
     """`agent_rule_reward`: no reward model (upstream's `reward_model=None`)."""
-    return build_agent_reward(script_args, training_args, tokenizer, None)
+    return build_agent_reward(script_args, context, tokenizer, None)
 
 
 # The agent's rewards in the table recipes pick from (`reward_funcs: [agent_reward]`), registered here, where they live.

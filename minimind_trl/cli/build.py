@@ -71,7 +71,7 @@ def build_from_plan(
     if script_args.rollout == "agent":
         check_agent_tokenizer(tokenizer, script_args.thinking_ratio, plan.chat_template_kwargs)
         rollout_func = build_agent_rollout(script_args)
-    reward_funcs = build_reward_funcs(script_args, training_args, tokenizer)
+    reward_funcs = build_reward_funcs(script_args, plan.reward_context, tokenizer)
     return MiniMindGRPOTrainer(
         model=policy.path,
         reward_funcs=reward_funcs,

@@ -19,7 +19,7 @@ from ..errors import RecipeError
 from ..generations import deviations, format_value, get_generation
 from ..loading_utils import import_object
 from ..prompt_rendering import PromptRendering
-from ..rewards.registry import check_reward_specs
+from ..rewards.registry import RewardContext, check_reward_specs
 from ..trainer.outputs.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
 from ..trainer.outputs.run_identity import normal_path, path_fingerprint
 from ..trainer.checks.extras import check_extras
@@ -177,6 +177,7 @@ class RunPlan:
     model_init_kwargs: dict = field(default_factory=dict)  # `from_pretrained`'s, for the policy and the reference
     peft_config: object = None  # the adapter TRL wraps the policy in (`lora_config`), or None
     run_card: RunCard | None = None  # the model card's description of the run
+    reward_context: RewardContext = field(default_factory=RewardContext)  # what the reward builders read
 
 
 def check_run(
@@ -249,6 +250,7 @@ def check_run(
         model_init_kwargs=model_init_kwargs(model_args, training_args),
         peft_config=peft_config,
         run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
+        reward_context=RewardContext(training_args.device, dict(training_args.chat_template_kwargs or {})),
     )
 
 

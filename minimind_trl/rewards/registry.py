@@ -35,7 +35,8 @@ REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
 
 @dataclass(frozen=True)
 class RewardEntry:
-    """A built-in reward: `build(script_args, training_args, tokenizer)` returns its TRL reward callable;
+    """A built-in reward: `build(script_args, context, tokenizer)` returns its TRL reward callable (`context`: the
+    `RewardContext` of the run, or its `GRPOConfig`, which has the same attributes);
     `check(script_args, training_args)`, when given, validates its options before anything is loaded; `python`
     names what Python users import instead, from `module`."""
 
@@ -44,6 +45,15 @@ class RewardEntry:
     check: Callable | None = None
     python: str = ""  # its public name in `module` (what Python users pass the trainer)
     module: str = "minimind_trl.rewards"
+
+
+@dataclass(frozen=True)
+class RewardContext:
+    """What a reward's builder reads of the run's settings: where its reward model runs and how prompts are
+    rendered for it. The run plan derives it once; a `GRPOConfig` has the same attributes and works as well."""
+
+    device: object = "cpu"
+    chat_template_kwargs: dict | None = None
 
 
 # --------------------------------------------------------------------------- the reward model
@@ -135,26 +145,26 @@ def load_scorer(name_or_path: str, kind: str, device):
         return scorer_class.from_pretrained(name_or_path, device=device)
 
 
-def build_reward_model_reward(script_args, training_args, tokenizer) -> RewardModelReward:
+def build_reward_model_reward(script_args, context, tokenizer) -> RewardModelReward:
     """Upstream's reward-model term: turns of the rendered prompt + completion, clipped, answer-blended."""
-    kind = check_reward_model(script_args, training_args)
+    kind = check_reward_model(script_args, context)
     return RewardModelReward(
-        load_scorer(script_args.reward_model_name_or_path, kind, training_args.device),
+        load_scorer(script_args.reward_model_name_or_path, kind, context.device),
         tokenizer=tokenizer,
         reasoning=script_args.reasoning,
         clip=script_args.reward_model_clip,
-        chat_template_kwargs=training_args.chat_template_kwargs,
+        chat_template_kwargs=context.chat_template_kwargs,
     )
 
 
-def build_answer_reward_model_reward(script_args, training_args, tokenizer) -> AnswerRewardModelReward:
+def build_answer_reward_model_reward(script_args, context, tokenizer) -> AnswerRewardModelReward:
     """MiniMind-3's reward-model term: the answer after the folded conversation, clipped, no blend."""
-    kind = check_reward_model(script_args, training_args)
+    kind = check_reward_model(script_args, context)
     return AnswerRewardModelReward(
-        load_scorer(script_args.reward_model_name_or_path, kind, training_args.device),
+        load_scorer(script_args.reward_model_name_or_path, kind, context.device),
         tokenizer=tokenizer,
         clip=script_args.reward_model_clip,
-        chat_template_kwargs=training_args.chat_template_kwargs,
+        chat_template_kwargs=context.chat_template_kwargs,
     )
 
 
@@ -276,10 +286,11 @@ def check_reward_specs(script_args, training_args) -> None:
         )
 
 
-def build_reward_funcs(script_args, training_args, tokenizer) -> list[Callable]:
-    """The TRL reward callables, in `reward_funcs` order (weights stay in `training_args.reward_weights`)."""
+def build_reward_funcs(script_args, context, tokenizer) -> list[Callable]:
+    """The TRL reward callables, in `reward_funcs` order (`context`: a `RewardContext` or the run's `GRPOConfig`;
+    the weights stay in the config's `reward_weights`)."""
     return [
-        REWARDS[name].build(script_args, training_args, tokenizer) if name in REWARDS else import_reward_function(name)
+        REWARDS[name].build(script_args, context, tokenizer) if name in REWARDS else import_reward_function(name)
         for name in script_args.reward_funcs
     ]
 
@@ -288,6 +299,7 @@ __all__ = [
     "REWARDS",
     "REWARD_MODEL_REWARDS",
     "REWARD_MODEL_TYPES",
+    "RewardContext",
     "RewardEntry",
     "RewardSpecError",
     "build_reward_funcs",

@@ -108,7 +108,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         self._rewards_per_func = None
         self._past_eos_attended = False
         self._shares_prompts = shares_prompts(self)
-        self._sampler = self._fast_sampler(args)
+        self._sampler = self._fast_sampler()
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
             model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset, self.rollout_func
@@ -131,8 +131,10 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             prompt_ids = [ids[-limit:] for ids in prompt_ids]
         return prompt_ids, images, multimodal_fields
 
-    def _fast_sampler(self, args: MiniMindGRPOConfig) -> FastSampler | None:
-        """The lean sampler, where it applies (transformers generation on unpartitioned weights)."""
+    def _fast_sampler(self) -> FastSampler | None:
+        """The lean sampler, where it applies (transformers generation on unpartitioned weights): decided after
+        TRL's constructor, which knows whether DeepSpeed or FSDP partitions them."""
+        args = self.args
         if not args.fast_sampling or self.use_vllm or args.use_transformers_continuous_batching:
             return None
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
