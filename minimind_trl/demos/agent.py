@@ -5,7 +5,7 @@ state its result, with the package's agent RL (MiniMind-3's `train_agent.py` ins
 
 1. a MiniMind-3 tokenizer learned from the task's texts (every number up to 999 one token; `<tool_call>` and the
    other tool tags added tokens, as in MiniMind-3's; the system turn's fixed text one token) and a fresh 2-layer
-   MiniMind-3 (`demo_agent_task`);
+   MiniMind-3 (`agent_task`);
 2. a brief SFT warm start with TRL's `SFTTrainer` (`recipes/demo/agent_warm_start.yaml`): the transcript layout,
    with only some questions answered through the tool, until the model copies the operands into the call and the
    result into the answer; it then calls now and then, and its direct answers are mostly wrong;
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.reward import TERMS
-from . import demo_agent_task as task
-from .demo_progress import quieted, reward_windows
+from . import agent_task as task
+from .progress import quieted, reward_windows
 
 AGENT_RECIPE = "demo/agent.yaml"
 AGENT_WARM_START_RECIPE = "demo/agent_warm_start.yaml"
@@ -91,7 +91,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
 
-    from .recipe import resolve_recipe
+    from ..cli.recipe import resolve_recipe
 
     argv = ["--config", resolve_recipe(AGENT_WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
     if steps is not None:
@@ -124,7 +124,7 @@ def write_rows(path: Path, questions) -> Path:
 
 
 def judged(model, tokenizer, training_args, questions, seed: int, toolbox, max_turns: int) -> dict:
-    """The held-out figures of `model`: `EVAL_SAMPLES` rollouts per question, judged (`demo_agent_task.rates`)."""
+    """The held-out figures of `model`: `EVAL_SAMPLES` rollouts per question, judged (`agent_task.rates`)."""
     transcripts = task.sample_transcripts(model, tokenizer, training_args, questions, EVAL_SAMPLES, seed, toolbox,
                                           max_turns)
     valid, correct, verdicts = task.rates(transcripts, questions, EVAL_SAMPLES, toolbox)
@@ -216,13 +216,13 @@ def run_agent_demo(args: argparse.Namespace) -> int:
 
     from ..agent.tools import load_toolbox
     from ..models.minimind import MiniMindForCausalLM
-    from .build import build_trainer
-    from .demo_output_dir import prepare_output_dir
-    from .demo_model import build_model, quiet_libraries, save_folder, save_interrupted
-    from .demo_progress import DemoProgress, plot_reward_curve
-    from .grpo import run
-    from .recipe import parse_recipe
-    from .run_plan import disable_hub_telemetry
+    from ..cli.build import build_trainer
+    from .output_dir import prepare_output_dir
+    from .model import build_model, quiet_libraries, save_folder, save_interrupted
+    from .progress import DemoProgress, plot_reward_curve
+    from ..cli.grpo import run
+    from ..cli.recipe import parse_recipe
+    from ..cli.run_plan import disable_hub_telemetry
 
     started = time.time()
     output_dir = Path(args.output_dir).absolute()

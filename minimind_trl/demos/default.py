@@ -3,7 +3,7 @@ in minutes, offline.
 
     minimind-trl demo [--rewards full|rules] [--upstream minimind2|minimind3] [--steps 500] [--seed 42]
                       [--output_dir minimind-trl-demo]
-    minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent]   (tool calling: `demo_agent`)
+    minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent]   (tool calling: `demos.agent`)
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -12,7 +12,7 @@ The demo is the real pipeline on an embedded default, not a separate trainer:
 2. a brief SFT warm start with TRL's `SFTTrainer` on bundled format examples (`recipes/demo/warm_start.yaml`
    says how brief and why; `--warm_start_steps 0` skips it);
 3. with `--rewards full`: a tiny InternLM2-layout reward model trained on generated preference pairs to prefer
-   answers in the question's language (`demo_reward_model`), written to `<output-dir>/_reward_model`;
+   answers in the question's language (`reward_model`), written to `<output-dir>/_reward_model`;
 4. GRPO with `recipes/demo/grpo.yaml` (`--rewards rules`: upstream's two rule rewards) or
    `recipes/demo/grpo_full.yaml` (`--rewards full`: + the reward model, clipped and answer-blended) through
    `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`): `MiniMindGRPOTrainer`, upstream's advantages
@@ -22,7 +22,7 @@ The demo is the real pipeline on an embedded default, not a separate trainer:
    answered in the question's language before and after) and the same figures in `summary.json`.
 
 `--upstream minimind3` runs MiniMind-3's GRPO (upstream d65ef2c) instead of the seed's: a tiny MiniMind-3 (q/k
-norms) with MiniMind-3's chat template, warm-start examples in its completion layout (`demo_minimind3`), its five
+norms) with MiniMind-3's chat template, warm-start examples in its completion layout (`minimind3`), its five
 reward terms with the demo's reward model asked MiniMind-3's way, `group_zscore` + `minimind3_cispo` and per-prompt
 `thinking_ratio` (`recipes/demo/grpo_minimind3.yaml`).
 
@@ -36,10 +36,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .demo_output_dir import DEMO_OUTPUTS, RUN_MARKER, prepare_output_dir  # noqa: F401  (demo.<name> for tests)
-from . import demo_minimind3
-from .demo_progress import quieted
-from .demo_model import (
+from .output_dir import DEMO_OUTPUTS, RUN_MARKER, prepare_output_dir  # noqa: F401  (demo.<name> for tests)
+from . import minimind3
+from .progress import quieted
+from .model import (
     FORMAT_EXAMPLES_FILE,
     PROMPTS_FILE,
     DemoModel,
@@ -52,7 +52,7 @@ from .demo_model import (
     save_folder,
     save_interrupted,
 )
-from .demo_variants import (  # noqa: F401  (the recipes' names are the demo's public constants)
+from .variants import (  # noqa: F401  (the recipes' names are the demo's public constants)
     GRPO_FULL_RECIPE,
     GRPO_MINIMIND3_RECIPE,
     GRPO_RECIPE,
@@ -117,7 +117,7 @@ def _recipe_values(name: str) -> dict:
     """A demo recipe's keys and values (the defaults `--help` states, read where they are set)."""
     import yaml
 
-    from .recipe import resolve_recipe
+    from ..cli.recipe import resolve_recipe
 
     return yaml.safe_load(Path(resolve_recipe(name)).read_text(encoding="utf-8"))
 
@@ -220,7 +220,7 @@ def sft_rows(variant: Variant, seed: int, thinking_ratio: float | None) -> list[
     """The warm start's TRL SFT rows: the bundled format examples as they are (the seed's layout) or in MiniMind-3's."""
     conversations = read_conversations(FORMAT_EXAMPLES_FILE)
     if variant.generation == "minimind3":
-        return demo_minimind3.warm_start_rows(conversations, thinking_ratio, seed)
+        return minimind3.warm_start_rows(conversations, thinking_ratio, seed)
     return [{"prompt": turns[:-1], "completion": turns[-1:]} for turns in conversations]
 
 
@@ -237,7 +237,7 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer, TrlParser
 
-    from .recipe import resolve_recipe
+    from ..cli.recipe import resolve_recipe
 
     argv = ["--config", resolve_recipe(WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
     if steps is not None:
@@ -274,14 +274,14 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
     from transformers import set_seed
 
-    from .demo_held_out import held_out_terms, sample_held_out
-    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, weighted_names, write_summary
-    from .demo_reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
+    from .held_out import held_out_terms, sample_held_out
+    from .progress import DemoProgress, plot_reward_curve, summary_lines, weighted_names, write_summary
+    from .reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
     from ..models.minimind import MiniMindForCausalLM
-    from .build import build_trainer
-    from .grpo import run
-    from .recipe import parse_recipe
-    from .run_plan import disable_hub_telemetry
+    from ..cli.build import build_trainer
+    from ..cli.grpo import run
+    from ..cli.recipe import parse_recipe
+    from ..cli.run_plan import disable_hub_telemetry
 
     started = time.time()
     output_dir = Path(args.output_dir).absolute()
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.agent:
-            from .demo_agent import run_agent_demo
+            from .agent import run_agent_demo
 
             return run_agent_demo(args)
         return run_demo(args)

@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "demo_data"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 PROMPTS_FILE = DATA_DIR / "demo_prompts.jsonl"
 FORMAT_EXAMPLES_FILE = DATA_DIR / "demo_format_examples.jsonl"
 SAMPLE_PROMPTS = ("What is 7 plus 5?", "法国的首都是哪里？", "What is the opposite of hot?", "狗有几条腿？")
