@@ -236,14 +236,44 @@ def looks_local(name: str, file_suffixes: tuple[str, ...] = ()) -> bool:
     )
 
 
+# The package's modules that moved, old name -> new name: a recipe's `module:function` copied with the old name keeps
+# resolving (with a DeprecationWarning naming the new one).
+MOVED_MODULES = {
+    "minimind_trl.cli.demo": "minimind_trl.demos.default",
+    "minimind_trl.cli.demo_agent": "minimind_trl.demos.agent",
+    "minimind_trl.cli.demo_agent_task": "minimind_trl.demos.agent_task",
+    "minimind_trl.cli.demo_held_out": "minimind_trl.demos.held_out",
+    "minimind_trl.cli.demo_minimind3": "minimind_trl.demos.minimind3",
+    "minimind_trl.cli.demo_model": "minimind_trl.demos.model",
+    "minimind_trl.cli.demo_output_dir": "minimind_trl.demos.output_dir",
+    "minimind_trl.cli.demo_progress": "minimind_trl.demos.progress",
+    "minimind_trl.cli.demo_reward_model": "minimind_trl.demos.reward_model",
+    "minimind_trl.cli.demo_variants": "minimind_trl.demos.variants",
+}
+
+
+def moved_module(name: str) -> str:
+    """`name`, or where it moved to (`MOVED_MODULES`), with a DeprecationWarning naming the new name."""
+    new = MOVED_MODULES.get(name)
+    if new is None:
+        return name
+    import warnings
+
+    warnings.warn(f"module {name!r} moved to {new!r}: name {new} instead (the old name will stop resolving)",
+                  DeprecationWarning, stacklevel=3)  # fmt: skip
+    return new
+
+
 def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLError, form: str = "package.module:name"):
     """`package.module:name` (or `package.module.name`) -> the object; the working directory is importable, as
-    in TRL's scripts. Errors name `what` (e.g. "reward function") and the spec."""
+    in TRL's scripts; a moved module's old name resolves to its new one (`MOVED_MODULES`). Errors name `what`
+    (e.g. "reward function") and the spec."""
     module_name, sep, attr = spec.partition(":")
     if not sep:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
         raise error(f"{what} {spec!r}: expected {form!r}")
+    module_name = moved_module(module_name)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -269,6 +299,7 @@ __all__ = [
     "DTYPES",
     "DTYPE_NAMES",
     "MODEL_FOLDER_FILES",
+    "MOVED_MODULES",
     "check_output_apart",
     "check_finite_weights",
     "check_output_file",
@@ -277,6 +308,7 @@ __all__ = [
     "import_function",
     "import_object",
     "looks_local",
+    "moved_module",
     "loading_info_problems",
     "preview",
     "resolve_dtype",
