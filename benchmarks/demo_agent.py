@@ -7,7 +7,7 @@ the run saw.
     python benchmarks/demo_agent.py --seeds 3 4 -- --threads 2
 
 The issue's target: under 5 minutes a run on CPU. Nothing is asserted (the machine's load decides the time); the
-suite runs a few-step demo only (tests/cli/test_demo_agent.py).
+suite runs a few-step demo only (tests/demos/test_agent.py).
 """
 
 import argparse

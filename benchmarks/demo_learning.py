@@ -13,7 +13,7 @@ not).
 
 The issue's bar: last-10 mean above first-10 mean by >= 0.5 (on upstream's 0-1.5 rule scale) for 3 seeds, in
 about 5 minutes each on 2 CPU cores. Exit status 1 if a seed misses the gain. (The suite runs the default seed
-only: tests/cli/test_demo.py's slow test.)
+only: tests/demos/test_default.py's slow test.)
 """
 
 import argparse
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from minimind_trl.cli.demo_progress import reward_windows
+from minimind_trl.demos.progress import reward_windows
 
 WINDOW = 10
 MIN_GAIN = 0.5

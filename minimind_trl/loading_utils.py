@@ -238,7 +238,8 @@ def looks_local(name: str, file_suffixes: tuple[str, ...] = ()) -> bool:
 
 def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLError, form: str = "package.module:name"):
     """`package.module:name` (or `package.module.name`) -> the object; the working directory is importable, as
-    in TRL's scripts. Errors name `what` (e.g. "reward function") and the spec."""
+    in TRL's scripts; a moved module's old name resolves to its new one (`minimind_trl.moved_modules`). Errors name `what`
+    (e.g. "reward function") and the spec."""
     module_name, sep, attr = spec.partition(":")
     if not sep:
         module_name, _, attr = spec.rpartition(".")
@@ -277,6 +278,7 @@ __all__ = [
     "import_function",
     "import_object",
     "looks_local",
+    "moved_module",
     "loading_info_problems",
     "preview",
     "resolve_dtype",

@@ -28,6 +28,10 @@ MOVED: dict[str, str] = {
        for group, names in _TRAINER_GROUPS.items() for name in names},  # fmt: skip
     **{f"minimind_trl.conversion.{name}": f"minimind_trl.formats.{name}"
        for name in ("architectures", "native_config", "export_native")},  # fmt: skip
+    "minimind_trl.cli.demo": "minimind_trl.demos.default",
+    **{f"minimind_trl.cli.demo_{name}": f"minimind_trl.demos.{name}"
+       for name in ("agent", "agent_task", "held_out", "minimind3", "model", "output_dir", "progress", "reward_model",
+                    "variants")},  # fmt: skip
 }
 
 

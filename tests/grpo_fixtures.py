@@ -32,26 +32,9 @@ PROMPTS = [
 
 def build_tiny_policy(folder: Path, hidden_size: int = 32, num_hidden_layers: int = 2) -> Path:
     """A random MiniMind (h32, 2 layers) with the offline tokenizer, saved like `save_pretrained` users do."""
-    import torch
+    from minimind_trl.models.minimind.tiny import save_tiny_minimind
 
-    from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
-
-    tokenizer = build_minimind_tokenizer()
-    config = MiniMindConfig(
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=len(tokenizer),
-        max_position_embeddings=512,
-        use_moe=False,
-    )
-    torch.manual_seed(0)
-    model = MiniMindForCausalLM(config)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_tiny_minimind(folder, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers, max_position_embeddings=512)
     return folder
 
 

@@ -224,7 +224,7 @@ def test_convert_export_and_grpo_run_with_only_the_core_dependencies(core_site, 
         ("export", str(tmp_path / "converted"), str(tmp_path / "llama"), "--format", "llama"),
         (
             "grpo", "--config", "recipes/demo/grpo.yaml", "--model_name_or_path", str(tmp_path / "converted"),
-            "--dataset_name", "minimind_trl/cli/demo_data/demo_prompts.jsonl", "--max_steps", "1",
+            "--dataset_name", "minimind_trl/demos/data/demo_prompts.jsonl", "--max_steps", "1",
             "--output_dir", str(tmp_path / "grpo"),
         ),
     ]
@@ -241,7 +241,7 @@ def test_optional_extras_name_the_extra_to_install(core_site, tiny_demo, tmp_pat
     assert gguf.returncode == 2 and "pip install 'minimind-trl[gguf]'" in gguf.stderr, gguf.stderr[-2000:]
     board = cli(
         core_site, "grpo", "--config", "recipes/demo/grpo.yaml", "--model_name_or_path", str(demo),
-        "--dataset_name", "minimind_trl/cli/demo_data/demo_prompts.jsonl", "--report_to", "tensorboard",
+        "--dataset_name", "minimind_trl/demos/data/demo_prompts.jsonl", "--report_to", "tensorboard",
         "--output_dir", str(tmp_path / "tb"), cwd=REPO_ROOT,
     )
     assert board.returncode == 2 and "pip install 'minimind-trl[tensorboard]'" in board.stderr, board.stderr[-2000:]
@@ -251,7 +251,7 @@ def test_optional_extras_name_the_extra_to_install(core_site, tiny_demo, tmp_pat
         "import os\nos.environ.update(ACCELERATE_USE_DEEPSPEED='true', ACCELERATE_DEEPSPEED_ZERO_STAGE='2')\n"
         "from minimind_trl.cli import main\nsys.exit(main())",
         "grpo", "--config", "recipes/demo/grpo.yaml", "--model_name_or_path", str(demo),
-        "--dataset_name", "minimind_trl/cli/demo_data/demo_prompts.jsonl", "--output_dir", str(tmp_path / "zero"),
+        "--dataset_name", "minimind_trl/demos/data/demo_prompts.jsonl", "--output_dir", str(tmp_path / "zero"),
         cwd=REPO_ROOT,
     )
     assert zero.returncode == 2 and "pip install 'minimind-trl[deepspeed]'" in zero.stderr, zero.stderr[-2000:]

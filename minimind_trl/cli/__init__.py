@@ -6,7 +6,8 @@ It imports a subcommand lazily, so `minimind-trl convert` does not pay for impor
 `--snake_case`; `--kebab-case` is accepted too.
 
 Modules: `recipe` -> `run_plan` -> `build` (with `policy`) -> `grpo` -> `hub` are the stages of
-`minimind-trl grpo`; `demo` (with `demo_progress`) runs them on an embedded default.
+`minimind-trl grpo`; `minimind-trl demo` runs them on an embedded default from `minimind_trl.demos` (imported by
+name, like every subcommand: the demos sit above the commands).
 """
 
 import importlib
@@ -14,7 +15,7 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "demo": ("minimind_trl.cli.demo", "teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes"),
+    "demo": ("minimind_trl.demos.default", "teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes"),
     "grpo": ("minimind_trl.cli.grpo", "GRPO training from a recipe YAML (TRL's parser: YAML defaults, CLI overrides)"),
     "convert": ("minimind_trl.conversion.convert", "native MiniMind .pth -> Hugging Face folder (safetensors)"),
     "export": ("minimind_trl.conversion.export", "Hugging Face folder -> native .pth, Llama, Qwen3, Qwen3-MoE or GGUF"),

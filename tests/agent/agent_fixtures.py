@@ -4,11 +4,11 @@ tokenizer, and a tiny MiniMind-3 trainer configured as a step of upstream's `tra
 import json
 from collections import defaultdict
 
-import torch
 from datasets import Dataset
 
 from conftest import SHARED, require_shared
-from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl import MiniMindForCausalLM
+from minimind_trl.models.minimind.tiny import tiny_minimind_model
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
 AGENT_FIXTURES = SHARED / "fixtures" / "minimind3-agent"
@@ -57,12 +57,7 @@ def upstream_tokenizer():
 
 
 def tiny_minimind3(tokenizer, seed: int = 0) -> MiniMindForCausalLM:
-    torch.manual_seed(seed)
-    config = MiniMindConfig(
-        minimind_generation="minimind3", hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=64, vocab_size=len(tokenizer),
-    )
-    return MiniMindForCausalLM(config)
+    return tiny_minimind_model(len(tokenizer), "minimind3", seed=seed)
 
 
 def step_config(tmp_path, step: dict, **overrides) -> MiniMindGRPOConfig:

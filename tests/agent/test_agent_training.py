@@ -31,7 +31,7 @@ RECIPE = REPO_ROOT / "recipes" / "minimind3" / "agent" / "agent_rl.yaml"
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     """A demo-sized MiniMind-3 policy, a tiny InternLM2 reward model and eight agent rows."""
-    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.demos.model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
     root = tmp_path_factory.mktemp("agent-training")

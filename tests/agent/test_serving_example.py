@@ -12,8 +12,8 @@ from serving_docs import python_blocks
 
 from minimind_trl.agent import load_toolbox, observation_ids
 from minimind_trl.agent.rollout import render_ids
-from minimind_trl.cli import demo_agent_task as task
-from minimind_trl.cli.demo_model import build_model, save_folder
+from minimind_trl.demos import agent_task as task
+from minimind_trl.demos.model import build_model, save_folder
 
 CALL = '<tool_call>\n{"name": "calculate_math", "arguments": {"expression": "37+48"}}\n</tool_call>'
 

@@ -43,7 +43,7 @@ def test_the_recipe_is_the_agent_record_and_departs_in_nothing(either_cpu_choice
 @pytest.fixture(scope="module")
 def demo_sized(tmp_path_factory):
     """The demo's tiny MiniMind-3 with its MiniMind-3-template tokenizer, and a tiny InternLM2 reward model."""
-    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.demos.model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
     root = tmp_path_factory.mktemp("agent-recipe")
@@ -115,7 +115,7 @@ def test_bad_agent_settings_are_one_line_naming_the_key(demo_sized, tmp_path, ca
 def test_a_minimind2_tokenizer_is_refused_for_agent_rollouts_that_open_thoughts(tmp_path, capsys):
     """MiniMind2's template shows tools and tool results but ignores `open_thinking`: with `thinking_ratio` > 0 some
     rollouts could never open their thought. One error line naming it, before the trainer is built."""
-    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.demos.model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
     tokenizer = build_tokenizer("minimind2")

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from minimind_trl.cli import main as cli
-from minimind_trl.cli import demo
+from minimind_trl.demos import default as demo
 from minimind_trl.command_flags import both_spellings
 from minimind_trl.cli.recipe import make_parser
 from minimind_trl.conversion import convert, export, merge_lora

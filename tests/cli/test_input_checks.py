@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 
-from minimind_trl.cli import demo
+from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.errors import DemoError, OutputDirError, RecipeError
 from minimind_trl.grpo import parse_args
@@ -170,7 +170,7 @@ def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
 def test_a_second_ctrl_c_during_the_interrupted_save_leaves_no_tmp_folder(tmp_path):
     """The first Ctrl-C saves `interrupted-step-N`; a second one while it is written used to leave
     `interrupted-step-N.tmp`, which the next demo into that folder refused as not the demo's."""
-    from minimind_trl.cli.demo_model import save_folder
+    from minimind_trl.demos.model import save_folder
 
     class Interrupted:
         def save_pretrained(self, folder):

@@ -60,7 +60,7 @@ def test_the_recipe_is_the_minimind3_record_and_departs_in_nothing(either_cpu_ch
 def demo_sized(tmp_path_factory):
     """The demo's tiny MiniMind-3 (q/k norms) with its MiniMind-3-template tokenizer, and a tiny InternLM2 reward
     model, as folders."""
-    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.demos.model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
     root = tmp_path_factory.mktemp("minimind3-recipe")
@@ -75,9 +75,8 @@ def test_the_recipe_trains_a_demo_sized_minimind3_with_its_rewards_and_cispo(dem
     The run plan lists exactly the departures among them (max_steps ends the epoch early: no setting of upstream's), every step logs
     each of the five reward terms (their sum is the reward) and the loss, and that loss is `minimind3_cispo` on
     `group_zscore` advantages (the registered functions were called at every step)."""
-    from minimind_trl.cli.demo_model import PROMPTS_FILE
-    from minimind_trl.trainer.algorithm import advantages
-    from minimind_trl.trainer.algorithm import policy_losses
+    from minimind_trl.demos.model import PROMPTS_FILE
+    from minimind_trl.trainer.algorithm import advantages, policy_losses
 
     calls = {"minimind3_cispo": 0, "group_zscore": 0}
 

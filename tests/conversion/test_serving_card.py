@@ -3,9 +3,9 @@ tokenizer can serve tool calls (`<tool_call>`/`</tool_call>` tokens, a chat temp
 
 import pytest
 
-from minimind_trl.cli import demo_agent_task as task
+from minimind_trl.demos import agent_task as task
 from minimind_trl.cli import main as cli
-from minimind_trl.cli.demo_model import build_model, save_folder
+from minimind_trl.demos.model import build_model, save_folder
 from minimind_trl.conversion.serving_card import TOOL_CALL_FLAGS, serves_tool_calls
 from minimind_trl.models.minimind.tokenization_minimind import MINIMIND3_CHAT_TEMPLATE, build_minimind_tokenizer
 

@@ -105,7 +105,7 @@ def test_agent_rollouts_call_a_real_tool_and_train(tmp_path, device, monkeypatch
     """`calculate_math` (the package's safe evaluator, no mock) runs on scripted first-turn calls of a random policy;
     its result comes back into the next turn's context, and a few steps train."""
     from minimind_trl.cli import main
-    from minimind_trl.cli.demo_model import build_model, build_tokenizer, save_folder
+    from minimind_trl.demos.model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
     from minimind_trl.trainer import MiniMindGRPOTrainer
 

@@ -142,7 +142,7 @@ def test_the_server_parses_the_tool_call(served, client_run):
     from transformers import AutoTokenizer
 
     from minimind_trl.agent.rollout import render_ids
-    from minimind_trl.cli import demo_agent_task as task
+    from minimind_trl.demos import agent_task as task
 
     root, _, output_dir = served
     first = client_run["first"]
@@ -158,7 +158,7 @@ def test_the_server_parses_the_tool_call(served, client_run):
 
 def test_the_tool_result_comes_back_and_the_answer_states_it(client_run):
     from minimind_trl.agent import load_toolbox
-    from minimind_trl.cli import demo_agent_task as task
+    from minimind_trl.demos import agent_task as task
 
     tool_message = client_run["messages"][-1]
     assert tool_message["role"] == "tool" and json.loads(tool_message["content"]) == {"result": "85"}

@@ -1,13 +1,13 @@
-"""The demo's MiniMind-3 ingredients (`demo_minimind3`): warm-start rows in MiniMind-3's layout that TRL's SFT
+"""The demo's MiniMind-3 ingredients (`demos.minimind3`): warm-start rows in MiniMind-3's layout that TRL's SFT
 tokenizes as the policy will see them, the answer the content check reads, the reward model's pairs asked
 MiniMind-3's way, and (slow) a reward model trained on them that prefers the question's language."""
 
 import pytest
 from conftest import require_shared
 
-from minimind_trl.cli import demo_minimind3 as m3
-from minimind_trl.cli.demo_model import FORMAT_EXAMPLES_FILE, build_tokenizer, read_conversations
-from minimind_trl.cli.demo_reward_model import Fragments, bundled_texts
+from minimind_trl.demos import minimind3 as m3
+from minimind_trl.demos.model import FORMAT_EXAMPLES_FILE, build_tokenizer, read_conversations
+from minimind_trl.demos.reward_model import Fragments, bundled_texts
 from minimind_trl.prompt_rendering import SYSTEM_PROMPTS
 from minimind_trl.rewards.minimind3_rewards import HISTORY_SEPARATOR, think_close_count
 
@@ -103,7 +103,7 @@ def test_the_four_rule_terms_see_one_think_close_in_the_warm_start_completions()
 def test_reward_model_asked_minimind3s_way_prefers_the_question_language(tmp_path):
     """The demo's reward-model training on MiniMind-3 pairs (seed 0, the demo's 200 steps): >= 90 % pairwise accuracy
     on held-out prompts, both with a folded system prompt and without."""
-    from minimind_trl.cli.demo_reward_model import pairwise_accuracy, train_reward_model
+    from minimind_trl.demos.reward_model import pairwise_accuracy, train_reward_model
     from minimind_trl.rewards.scorers import InternLM2Scorer
 
     train, held_out, texts = bundled_texts()

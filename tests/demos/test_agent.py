@@ -13,8 +13,8 @@ import pytest
 
 from minimind_trl.agent import Toolbox, load_toolbox, parse_tool_calls
 from minimind_trl.agent.reward import verified_gt
-from minimind_trl.cli import demo_agent
-from minimind_trl.cli import demo_agent_task as task
+from minimind_trl.demos import agent as demo_agent
+from minimind_trl.demos import agent_task as task
 from minimind_trl.cli import main as cli
 
 RATE_KEYS = ("valid_call_rate_before", "valid_call_rate_after", "correct_answer_rate_before",
@@ -150,7 +150,7 @@ def test_the_curves_title_lies_inside_the_figure(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from minimind_trl.cli.demo_progress import plot_reward_curve
+    from minimind_trl.demos.progress import plot_reward_curve
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
@@ -181,7 +181,7 @@ def test_help_gives_the_agent_modes_own_defaults(capsys):
     """Issue 42: `demo --help` gave the GRPO demo's --steps and --warm_start_steps defaults for --agent too."""
     import yaml
 
-    from minimind_trl.cli import demo
+    from minimind_trl.demos import default as demo
     from minimind_trl.cli.recipe import resolve_recipe
 
     with pytest.raises(SystemExit):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..agent.mock_tools import SCHEMAS
 from ..agent.parsing import TOOL_CALL_CLOSE, answer_tool_calls, split_turn
 from ..agent.reward import verified_gt
-from .demo_model import DemoModel
+from .model import DemoModel
 
 TOOL = "calculate_math"
 TOOLS = [SCHEMAS[TOOL]]

@@ -1,6 +1,6 @@
 """The demo's ingredients: its bundled data, its MiniMind-style tokenizer and tiny model, and sampling the way GRPO
-samples (for the warm start's layout probe, the reward model's pairs and the before/after summaries), and what
-every demo run shares: quiet libraries, the model saved on Ctrl-C.
+samples (for the warm start's layout probe, the reward model's pairs and the before/after summaries), and a model
+saved as a folder without leaving a half-written one behind.
 """
 
 import json
@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "demo_data"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 PROMPTS_FILE = DATA_DIR / "demo_prompts.jsonl"
 FORMAT_EXAMPLES_FILE = DATA_DIR / "demo_format_examples.jsonl"
 SAMPLE_PROMPTS = ("What is 7 plus 5?", "法国的首都是哪里？", "What is the opposite of hot?", "狗有几条腿？")
@@ -59,18 +59,20 @@ def build_tokenizer(generation: str = "minimind2"):
 
 
 def build_model(vocab_size: int, spec: DemoModel = DemoModel(), generation: str = "minimind2"):
-    from ..models.minimind import MiniMindConfig, MiniMindForCausalLM
+    """The demo's tiny MiniMind (`tiny_minimind_model` in `spec`'s shape, the architecture's own MLP width), its
+    weights drawn from the random state the demo seeded."""
+    from ..models.minimind.tiny import tiny_minimind_model
 
-    config = MiniMindConfig(
-        minimind_generation=generation,
+    return tiny_minimind_model(
+        vocab_size,
+        generation,
+        seed=None,
         hidden_size=spec.hidden_size,
         num_hidden_layers=spec.num_hidden_layers,
         num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_key_value_heads,
-        vocab_size=vocab_size,
-        use_moe=False,
+        intermediate_size=None,
     )
-    return MiniMindForCausalLM(config)
 
 
 def save_folder(model, tokenizer, folder: Path) -> Path:
@@ -126,29 +128,3 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int, ch
             pad_token_id=tokenizer.pad_token_id,
         )
     return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-
-
-def save_interrupted(trainer, output_dir: Path) -> Path:
-    """The policy as it is now, as a `save_pretrained` folder with its native `.pth`, in `interrupted-step-N`."""
-    from ..trainer.outputs.checkpointing import write_native_weights
-
-    step = trainer.state.global_step
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    folder = save_folder(model, trainer.processing_class, output_dir / f"interrupted-step-{step}")
-    write_native_weights(str(folder))
-    return folder
-
-
-def quiet_libraries() -> None:
-    """The demo prints its own progress; keep the libraries' progress bars and notices out of it."""
-    import warnings
-
-    import datasets
-    import transformers
-
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the demo runs on CPU; spares DeepSpeed's "no GPU found" notice
-    warnings.filterwarnings("ignore", message=".*is deprecated and will be removed in v6", category=FutureWarning)
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.utils.logging.disable_progress_bar()
-    datasets.utils.logging.set_verbosity_error()

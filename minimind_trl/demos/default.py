@@ -3,7 +3,7 @@ in minutes, offline.
 
     minimind-trl demo [--rewards full|rules] [--upstream minimind2|minimind3] [--steps 500] [--seed 42]
                       [--output_dir minimind-trl-demo]
-    minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent]   (tool calling: `demo_agent`)
+    minimind-trl demo --agent [--seed 42] [--output_dir minimind-trl-demo-agent]   (tool calling: `demos.agent`)
 
 The demo is the real pipeline on an embedded default, not a separate trainer:
 
@@ -12,7 +12,7 @@ The demo is the real pipeline on an embedded default, not a separate trainer:
 2. a brief SFT warm start with TRL's `SFTTrainer` on bundled format examples (`recipes/demo/warm_start.yaml`
    says how brief and why; `--warm_start_steps 0` skips it);
 3. with `--rewards full`: a tiny InternLM2-layout reward model trained on generated preference pairs to prefer
-   answers in the question's language (`demo_reward_model`), written to `<output-dir>/_reward_model`;
+   answers in the question's language (`reward_model`), written to `<output-dir>/_reward_model`;
 4. GRPO with `recipes/demo/grpo.yaml` (`--rewards rules`: upstream's two rule rewards) or
    `recipes/demo/grpo_full.yaml` (`--rewards full`: + the reward model, clipped and answer-blended) through
    `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`): `MiniMindGRPOTrainer`, upstream's advantages
@@ -22,7 +22,7 @@ The demo is the real pipeline on an embedded default, not a separate trainer:
    answered in the question's language before and after) and the same figures in `summary.json`.
 
 `--upstream minimind3` runs MiniMind-3's GRPO (upstream d65ef2c) instead of the seed's: a tiny MiniMind-3 (q/k
-norms) with MiniMind-3's chat template, warm-start examples in its completion layout (`demo_minimind3`), its five
+norms) with MiniMind-3's chat template, warm-start examples in its completion layout (`minimind3`), its five
 reward terms with the demo's reward model asked MiniMind-3's way, `group_zscore` + `minimind3_cispo` and per-prompt
 `thinking_ratio` (`recipes/demo/grpo_minimind3.yaml`).
 
@@ -36,23 +36,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .demo_output_dir import DEMO_OUTPUTS, RUN_MARKER, prepare_output_dir  # noqa: F401  (demo.<name> for tests)
-from . import demo_minimind3
-from .demo_progress import quieted
-from .demo_model import (
+from .output_dir import DEMO_OUTPUTS, RUN_MARKER, prepare_output_dir  # noqa: F401  (demo.<name> for tests)
+from . import run as demo_run
+from . import minimind3
+from .model import (
     FORMAT_EXAMPLES_FILE,
     PROMPTS_FILE,
     DemoModel,
     build_model,
     build_tokenizer,
     generate_completions,
-    quiet_libraries,
     read_conversations,
     sample_completions,
-    save_folder,
-    save_interrupted,
 )
-from .demo_variants import (  # noqa: F401  (the recipes' names are the demo's public constants)
+from .variants import (  # noqa: F401  (the recipes' names are the demo's public constants)
     GRPO_FULL_RECIPE,
     GRPO_MINIMIND3_RECIPE,
     GRPO_RECIPE,
@@ -117,7 +114,7 @@ def _recipe_values(name: str) -> dict:
     """A demo recipe's keys and values (the defaults `--help` states, read where they are set)."""
     import yaml
 
-    from .recipe import resolve_recipe
+    from ..cli.recipe import resolve_recipe
 
     return yaml.safe_load(Path(resolve_recipe(name)).read_text(encoding="utf-8"))
 
@@ -220,7 +217,7 @@ def sft_rows(variant: Variant, seed: int, thinking_ratio: float | None) -> list[
     """The warm start's TRL SFT rows: the bundled format examples as they are (the seed's layout) or in MiniMind-3's."""
     conversations = read_conversations(FORMAT_EXAMPLES_FILE)
     if variant.generation == "minimind3":
-        return demo_minimind3.warm_start_rows(conversations, thinking_ratio, seed)
+        return minimind3.warm_start_rows(conversations, thinking_ratio, seed)
     return [{"prompt": turns[:-1], "completion": turns[-1:]} for turns in conversations]
 
 
@@ -233,17 +230,10 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
     the recipe's `min_steps` and at most its `max_steps`: GRPO then starts, on every seed, from a policy that
     sometimes samples the layout (as the seed starts from an SFT'd reasoning model) but mostly does not. `steps`
     runs exactly that many."""
-    from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer, TrlParser
 
-    from .recipe import resolve_recipe
-
-    argv = ["--config", resolve_recipe(WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
-    if steps is not None:
-        argv += ["--max_steps", str(steps), "--target_layout_share", "0"]
-    sft_args, stop_args = TrlParser((SFTConfig, WarmStartArguments)).parse_args_and_config(argv)
-    dataset = Dataset.from_list(sft_rows(variant, seed, thinking_ratio))
+    sft_args, stop_args = demo_run.warm_start_settings(WARM_START_RECIPE, WarmStartArguments, scratch_dir, seed, steps,
+                                                       "target_layout_share")
     probe_prompts = [turns[0]["content"] for turns in read_conversations(PROMPTS_FILE)][: stop_args.probe_prompts]
     shares = []
 
@@ -257,11 +247,8 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
             if shares[-1] >= stop_args.target_layout_share:
                 control.should_training_stop = True
 
-    trainer = SFTTrainer(
-        model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer, callbacks=[StopAtLayoutShare()]
-    )
-    quieted(trainer)
-    trainer.train()
+    trainer = demo_run.run_sft(model, tokenizer, sft_args, sft_rows(variant, seed, thinking_ratio),
+                               StopAtLayoutShare())
     return WarmStart(
         trainer.state.global_step, shares[-1] if shares else None, stop_args.target_layout_share, variant.layout_name
     )
@@ -271,25 +258,13 @@ def warm_start(model, tokenizer, seed: int, steps: int | None, scratch_dir: str,
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    import torch
-    from transformers import set_seed
-
-    from .demo_held_out import held_out_terms, sample_held_out
-    from .demo_progress import DemoProgress, plot_reward_curve, summary_lines, weighted_names, write_summary
-    from .demo_reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
-    from ..models.minimind import MiniMindForCausalLM
-    from .build import build_trainer
-    from .grpo import run
-    from .recipe import parse_recipe
-    from .run_plan import disable_hub_telemetry
+    from .held_out import held_out_terms, sample_held_out
+    from .progress import summary_lines, weighted_names, write_summary
+    from .reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
+    from ..cli.recipe import parse_recipe
 
     started = time.time()
-    output_dir = Path(args.output_dir).absolute()
-    prepare_output_dir(output_dir)
-    disable_hub_telemetry()  # the demo is offline: no usage ping from TRL's trainers either
-    torch.set_num_threads(args.threads)
-    quiet_libraries()
-    set_seed(args.seed)
+    output_dir = demo_run.start_run(args)
     variant = VARIANTS[args.upstream]
 
     tokenizer = build_tokenizer(variant.generation)
@@ -335,17 +310,14 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     else:
         print("Warm start: none (--warm_start_steps 0); GRPO starts from random weights.")
-    policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
+    warm_model = demo_run.saved_and_read_back(model, tokenizer, output_dir / WARM_START_DIR)
     del model
-    warm_model = MiniMindForCausalLM.from_pretrained(policy_dir)
     before = sample_completions(warm_model, tokenizer, training_args, seed=args.seed, **sampling(variant))
     held_before = sample_held_out(warm_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
                                   variant.sample_kwargs)
     del warm_model
 
-    progress = DemoProgress(output_dir / "metrics.jsonl")
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
-    quieted(trainer)
+    trainer, progress = demo_run.build_grpo(script_args, training_args, model_args, recipe, output_dir)
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
@@ -353,22 +325,14 @@ def run_demo(args: argparse.Namespace) -> int:
         f"({variant.reward_scale(args.rewards)}), "
         f"{training_args.advantage_estimator} advantages, loss {training_args.loss_type}, recipe {recipe.path}"
     )
-    grpo_started = time.time()
-    interrupted = None
-    try:
-        run(trainer, script_args)
-    except KeyboardInterrupt:
-        progress.close()
-        interrupted = save_interrupted(trainer, output_dir)
-    grpo_seconds = time.time() - grpo_started
+    interrupted, grpo_seconds = demo_run.train_grpo(trainer, progress, script_args, output_dir)
     final_dir = interrupted or output_dir
 
     title = f"minimind-trl demo: GRPO on a {params / 1e6:.2f}M-parameter {variant.label} on CPU (seed {args.seed})\n"
     title += (
         f"after a {warm_steps}-step SFT warm start" if warm_steps else "from random weights, no warm start"
     )
-    plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
-    after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
+    plot, after_model = demo_run.curve_and_saved_model(progress, output_dir, final_dir, title)
     after = sample_completions(after_model, tokenizer, training_args, seed=args.seed, **sampling(variant))
     held_after = sample_held_out(after_model, tokenizer, training_args, held_out, CONTENT_SAMPLES, args.seed,
                                  variant.sample_kwargs)
@@ -386,17 +350,7 @@ def run_demo(args: argparse.Namespace) -> int:
         reward_weights=trainer.reward_weights.tolist(),
         seconds=time.time() - started,
     )
-    outputs = []
-    if interrupted:
-        outputs.append((f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted)))
-    outputs.append(("model (save_pretrained folder)", str(final_dir)))
-    outputs += [("native MiniMind weights", str(path)) for path in sorted(final_dir.glob("grpo_*.pth"))]
-    outputs.append(("per-step metrics", str(output_dir / "metrics.jsonl")))
-    if plot is not None:
-        outputs.append(("reward curve", str(plot)))
-    elif progress.records:
-        outputs.append(("reward curve", "skipped (matplotlib missing: pip install 'minimind-trl[plot]')"))
-    outputs.append(("summary", str(output_dir / SUMMARY_FILE)))
+    outputs = demo_run.output_list(trainer, progress, output_dir, final_dir, interrupted, plot, SUMMARY_FILE)
     lines = summary_lines(progress.records, grpo_seconds, before, after, outputs, summary)
     lines.append(f"Total time {time.time() - started:.0f}s.")
     print("\n".join(lines))
@@ -408,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.agent:
-            from .demo_agent import run_agent_demo
+            from .agent import run_agent_demo
 
             return run_agent_demo(args)
         return run_demo(args)

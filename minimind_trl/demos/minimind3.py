@@ -16,7 +16,7 @@ import re
 
 from ..prompt_rendering import SYSTEM_PROMPTS, keyed_uniform
 from ..rewards.minimind3_rewards import reward_model_messages, split_thinking
-from .demo_reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches, mixed_answer
+from .reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches, mixed_answer
 
 THINK_CLOSE = "</think>"
 EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", re.DOTALL)
@@ -27,7 +27,7 @@ PAIRS_SYSTEM_RATIO = 0.5
 # Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them, the
 # policy of a first version (seed 42) answered every question "苹果是apple", which that reward model scored high
 # for English questions too (MiniMind-3's term, seeing only the short answer, is easy to game; the seed demo's
-# pairs mix as often, `demo_reward_model.MIXED_RATIO`, after its policy found "水是water。").
+# pairs mix as often, `reward_model.MIXED_RATIO`, after its policy found "水是water。").
 PAIRS_MIXED_RATIO = 0.3
 
 

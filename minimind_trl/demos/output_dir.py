@@ -1,5 +1,5 @@
 """The demos' output folder: what a demo run writes there, and replacing an earlier run's outputs without ever
-deleting what a demo did not write. Shared by `minimind-trl demo` and `demo --agent` (`demo`, `demo_agent`)."""
+deleting what a demo did not write. Shared by `minimind-trl demo` and `demo --agent` (`default`, `agent`)."""
 
 import atexit
 import json

@@ -18,7 +18,7 @@ class HeldOutSample:
 
     def share(self, in_language) -> float:
         """The share of completions with the content property (`in_language(question, completion)`)."""
-        from .demo_reward_model import content_share
+        from .reward_model import content_share
 
         return content_share(self.questions, self.completions, in_language)
 
@@ -28,7 +28,7 @@ def sample_held_out(model, tokenizer, training_args, prompts: list[str], samples
     """`samples` completions per prompt, sampled as GRPO samples from `seed` (the random stream is left alone)."""
     import torch
 
-    from .demo_model import generate_completions
+    from .model import generate_completions
 
     questions = [prompt for prompt in prompts for _ in range(samples)]
     with torch.random.fork_rng():

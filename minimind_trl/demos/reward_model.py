@@ -1,6 +1,6 @@
 """The demo's reward model: a tiny InternLM2-layout reward model that prefers answers in the question's language.
 
-    python -m minimind_trl.cli.demo_reward_model OUTPUT_FOLDER [--seed 0] [--steps 200]
+    python -m minimind_trl.demos.reward_model OUTPUT_FOLDER [--seed 0] [--steps 200]
 
 The demo's full reward (`--rewards full`) is upstream's reasoning reward: format + tag_count + a reward model,
 clipped to +-3 and blended 0.4 on the whole completion / 0.6 on the `<answer>` text. The reward model here has
@@ -290,13 +290,13 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
         "seed": seed,
         "seconds": round(time.time() - started, 1),
     }
-    (output / "demo_reward_model.json").write_text(json.dumps(report, indent=2) + "\n")
+    (output / "reward_model.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
 def bundled_texts() -> tuple[list[str], list[str], list[str]]:
     """(train questions, held-out questions, reply texts) from the demo's bundled data."""
-    from .demo_model import FORMAT_EXAMPLES_FILE, PROMPTS_FILE, read_conversations
+    from .model import FORMAT_EXAMPLES_FILE, PROMPTS_FILE, read_conversations
 
     questions = [turns[0]["content"] for turns in read_conversations(PROMPTS_FILE)]
     replies = [turns[-1]["content"] for turns in read_conversations(FORMAT_EXAMPLES_FILE)]

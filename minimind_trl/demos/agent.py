@@ -5,7 +5,7 @@ state its result, with the package's agent RL (MiniMind-3's `train_agent.py` ins
 
 1. a MiniMind-3 tokenizer learned from the task's texts (every number up to 999 one token; `<tool_call>` and the
    other tool tags added tokens, as in MiniMind-3's; the system turn's fixed text one token) and a fresh 2-layer
-   MiniMind-3 (`demo_agent_task`);
+   MiniMind-3 (`agent_task`);
 2. a brief SFT warm start with TRL's `SFTTrainer` (`recipes/demo/agent_warm_start.yaml`): the transcript layout,
    with only some questions answered through the tool, until the model copies the operands into the call and the
    result into the answer; it then calls now and then, and its direct answers are mostly wrong;
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.reward import TERMS
-from . import demo_agent_task as task
-from .demo_progress import quieted, reward_windows
+from . import agent_task as task
+from .progress import reward_windows
 
 AGENT_RECIPE = "demo/agent.yaml"
 AGENT_WARM_START_RECIPE = "demo/agent_warm_start.yaml"
@@ -87,16 +87,12 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
     """The brief SFT of `model` (in place). With `steps` None it runs until the model copies the numbers of
     `target_copy_share` of the probe's transcripts (at least `min_steps`, at most `max_steps`): copying is learnt
     in a sudden jump whose step depends on the seed. `steps` runs exactly that many."""
-    from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer, TrlParser
 
-    from .recipe import resolve_recipe
+    from . import run as demo_run
 
-    argv = ["--config", resolve_recipe(AGENT_WARM_START_RECIPE), "--output_dir", scratch_dir, "--seed", str(seed)]
-    if steps is not None:
-        argv += ["--max_steps", str(steps), "--target_copy_share", "0"]
-    sft_args, stop = TrlParser((SFTConfig, AgentWarmStartArguments)).parse_args_and_config(argv)
+    sft_args, stop = demo_run.warm_start_settings(AGENT_WARM_START_RECIPE, AgentWarmStartArguments, scratch_dir, seed,
+                                                  steps, "target_copy_share")
     rows = task.warm_start_rows(tokenizer, questions, stop.call_share, seed)
     probe = task.copy_probe(tokenizer, questions[: stop.probe_questions])
     shares = []
@@ -108,10 +104,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
                 shares.append(task.copy_share(model, probe))
                 control.should_training_stop = shares[-1] >= stop.target_copy_share
 
-    trainer = SFTTrainer(model=model, args=sft_args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         callbacks=[StopWhenCopying()])  # fmt: skip
-    quieted(trainer)
-    trainer.train()
+    trainer = demo_run.run_sft(model, tokenizer, sft_args, rows, StopWhenCopying())
     return AgentWarmStart(trainer.state.global_step, stop.call_share, shares[-1] if shares else None,
                           stop.target_copy_share)
 
@@ -124,7 +117,7 @@ def write_rows(path: Path, questions) -> Path:
 
 
 def judged(model, tokenizer, training_args, questions, seed: int, toolbox, max_turns: int) -> dict:
-    """The held-out figures of `model`: `EVAL_SAMPLES` rollouts per question, judged (`demo_agent_task.rates`)."""
+    """The held-out figures of `model`: `EVAL_SAMPLES` rollouts per question, judged (`agent_task.rates`)."""
     transcripts = task.sample_transcripts(model, tokenizer, training_args, questions, EVAL_SAMPLES, seed, toolbox,
                                           max_turns)
     valid, correct, verdicts = task.rates(transcripts, questions, EVAL_SAMPLES, toolbox)
@@ -211,26 +204,13 @@ def report_lines(summary: dict, grpo_seconds: float, before: dict, after: dict, 
 
 
 def run_agent_demo(args: argparse.Namespace) -> int:
-    import torch
-    from transformers import set_seed
-
     from ..agent.tools import load_toolbox
-    from ..models.minimind import MiniMindForCausalLM
-    from .build import build_trainer
-    from .demo_output_dir import prepare_output_dir
-    from .demo_model import build_model, quiet_libraries, save_folder, save_interrupted
-    from .demo_progress import DemoProgress, plot_reward_curve
-    from .grpo import run
-    from .recipe import parse_recipe
-    from .run_plan import disable_hub_telemetry
+    from ..cli.recipe import parse_recipe
+    from . import run as demo_run
+    from .model import build_model
 
     started = time.time()
-    output_dir = Path(args.output_dir).absolute()
-    prepare_output_dir(output_dir)
-    disable_hub_telemetry()  # offline: no usage ping from TRL's trainers either
-    torch.set_num_threads(args.threads)
-    quiet_libraries()
-    set_seed(args.seed)
+    output_dir = demo_run.start_run(args)
 
     held_out = task.make_questions(args.seed + 1, HELD_OUT_QUESTIONS)
     train = task.make_questions(args.seed, TRAIN_QUESTIONS, exclude={q.expression for q in held_out})
@@ -264,15 +244,12 @@ def run_agent_demo(args: argparse.Namespace) -> int:
         f"Warm start: {warm.steps} SFT steps (TRL SFTTrainer) on transcripts of which {warm.call_share:.0%} call the "
         f"tool{warm.why_it_stopped()} ({time.time() - started:.0f}s so far)."
     )
-    policy_dir = save_folder(model, tokenizer, output_dir / WARM_START_DIR)
+    warm_model = demo_run.saved_and_read_back(model, tokenizer, output_dir / WARM_START_DIR)
     del model
-    warm_model = MiniMindForCausalLM.from_pretrained(policy_dir)
     before = judged(warm_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
     del warm_model
 
-    progress = DemoProgress(output_dir / "metrics.jsonl")
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
-    quieted(trainer)
+    trainer, progress = demo_run.build_grpo(script_args, training_args, model_args, recipe, output_dir)
     print(
         f"GRPO: {training_args.max_steps} steps of "
         f"{training_args.per_device_train_batch_size // training_args.num_generations} questions x "
@@ -281,20 +258,12 @@ def run_agent_demo(args: argparse.Namespace) -> int:
         f"{' + '.join(script_args.reward_funcs)}, {training_args.advantage_estimator} advantages, loss "
         f"{training_args.loss_type}, recipe {recipe.path}"
     )
-    grpo_started = time.time()
-    interrupted = None
-    try:
-        run(trainer, script_args)
-    except KeyboardInterrupt:
-        progress.close()
-        interrupted = save_interrupted(trainer, output_dir)
-    grpo_seconds = time.time() - grpo_started
+    interrupted, grpo_seconds = demo_run.train_grpo(trainer, progress, script_args, output_dir)
     final_dir = interrupted or output_dir
 
     title = (f"minimind-trl demo --agent: GRPO on a {params / 1e6:.2f}M-parameter MiniMind-3 on CPU (seed "
              f"{args.seed})\nafter a {warm.steps}-step SFT warm start ({warm.call_share:.0%} of it calling the tool)")
-    plot = plot_reward_curve(progress.records, output_dir / "reward_curve.png", title) if progress.records else None
-    after_model = MiniMindForCausalLM.from_pretrained(final_dir)  # what was saved, read back
+    plot, after_model = demo_run.curve_and_saved_model(progress, output_dir, final_dir, title)
     after = judged(after_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
     summary = write_summary(
         output_dir / SUMMARY_FILE, progress.records, before, after, held_out_questions=len(held_out),
@@ -303,18 +272,8 @@ def run_agent_demo(args: argparse.Namespace) -> int:
         reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
     )
     lines = report_lines(summary, grpo_seconds, before, after, held_out)
-    outputs = []
-    if interrupted:
-        outputs.append((f"interrupted at step {trainer.state.global_step}, model saved to", str(interrupted)))
-    outputs += [("model (save_pretrained folder)", str(final_dir))]
-    outputs += [("native MiniMind weights", str(path)) for path in sorted(final_dir.glob("grpo_*.pth"))]
-    outputs += [("per-step metrics", str(output_dir / "metrics.jsonl")),
-                ("held-out questions", str(output_dir / HELD_OUT_FILE))]
-    if plot is not None:
-        outputs.append(("reward curve", str(plot)))
-    elif progress.records:
-        outputs.append(("reward curve", "skipped (matplotlib missing: pip install 'minimind-trl[plot]')"))
-    outputs.append(("summary", str(output_dir / SUMMARY_FILE)))
+    outputs = demo_run.output_list(trainer, progress, output_dir, final_dir, interrupted, plot, SUMMARY_FILE,
+                                   extra=(("held-out questions", str(output_dir / HELD_OUT_FILE)),))
     lines += ["Outputs:"] + [f"  {label}: {where}" for label, where in outputs]
     lines.append(f"Total time {time.time() - started:.0f}s.")
     print("\n".join(lines))

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import demo_minimind3, demo_reward_model
+from . import minimind3, reward_model
 
 GRPO_RECIPE = "demo/grpo.yaml"
 GRPO_FULL_RECIPE = "demo/grpo_full.yaml"
@@ -24,7 +24,7 @@ class Variant:
     sample_kwargs: dict  # chat-template arguments of the layout probe, the samples and the content check
     rule_rewards: Callable  # () -> the rule reward functions the before/after samples are scored with
     in_language: Callable  # (question, completion) -> the content property
-    pairs: demo_reward_model.PairLayout  # how the reward model is asked about an answer
+    pairs: reward_model.PairLayout  # how the reward model is asked about an answer
     has_layout: Callable  # (completion) -> the layout the warm start's probe looks for
     layout_name: str
     warm_start_note: str  # what the warm start leaves to GRPO (printed)
@@ -60,8 +60,8 @@ VARIANTS = {
         "MiniMind",
         sample_kwargs={},
         rule_rewards=_seed_rule_rewards,
-        in_language=demo_reward_model.in_question_language,
-        pairs=demo_reward_model.MINIMIND2_PAIRS,
+        in_language=reward_model.in_question_language,
+        pairs=reward_model.MINIMIND2_PAIRS,
         has_layout=_seed_layout,
         layout_name="the exact layout",
         warm_start_note="it shows the model the tags, GRPO has to make the exact layout the rule and learn when to "
@@ -72,9 +72,9 @@ VARIANTS = {
         "MiniMind-3",
         sample_kwargs={"open_thinking": True},  # as GRPO renders 90 % of the prompts (thinking_ratio 0.9)
         rule_rewards=_minimind3_rule_rewards,
-        in_language=demo_minimind3.in_question_language,
-        pairs=demo_minimind3.PAIRS,
-        has_layout=demo_minimind3.has_layout,
+        in_language=minimind3.in_question_language,
+        pairs=minimind3.PAIRS,
+        has_layout=minimind3.has_layout,
         layout_name="one </think> then an answer",
         warm_start_note="it shows the model MiniMind-3's layout (thought, </think>, answer), GRPO has to learn what "
         "its rewards ask of it",

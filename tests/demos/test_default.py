@@ -14,10 +14,10 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
-from minimind_trl.cli import demo
+from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.data import load_rlaif_dataset
-from minimind_trl.cli.demo_progress import DemoProgress, format_step_line, reward_windows
+from minimind_trl.demos.progress import DemoProgress, format_step_line, reward_windows
 from minimind_trl.cli.recipe import parse_recipe, resolve_recipe
 from minimind_trl.rewards import format_reward, tag_count_reward
 
@@ -85,7 +85,7 @@ def test_reward_curve_png(smoke_run):
 
 def test_reward_curve_keeps_the_whole_weighted_total_in_view(tmp_path, monkeypatch):
     """The full demo's total weighs the rule terms 3 (up to 7.5): the plot's y-axis must hold all of it."""
-    from minimind_trl.cli.demo_progress import plot_reward_curve
+    from minimind_trl.demos.progress import plot_reward_curve
 
     plt = pytest.importorskip("matplotlib.pyplot")
     figures = []
@@ -372,8 +372,8 @@ def test_full_reward_demo_writes_summary_json(full_smoke_run):
 def test_full_reward_demo_reports_each_term_before_and_after_on_the_held_out_prompts(full_smoke_run, tmp_path):
     """summary.json's `held_out_terms`: TRL's names of the run's reward functions and the weighted total, before and
     after; the rule terms after GRPO are those of the saved model's held-out samples, recomputed here."""
-    from minimind_trl.cli.demo_held_out import sample_held_out
-    from minimind_trl.cli.demo_reward_model import bundled_texts
+    from minimind_trl.demos.held_out import sample_held_out
+    from minimind_trl.demos.reward_model import bundled_texts
 
     _, output_dir = full_smoke_run
     summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
@@ -409,7 +409,7 @@ def test_full_reward_demo_prints_each_term_before_and_after_on_the_held_out_prom
 
 
 def test_full_reward_demo_trains_on_prompts_the_content_check_does_not_use(full_smoke_run):
-    from minimind_trl.cli.demo_reward_model import bundled_texts
+    from minimind_trl.demos.reward_model import bundled_texts
 
     _, output_dir = full_smoke_run
     dataset = json.loads((output_dir / demo.SUMMARY_FILE).read_text())["grpo_dataset"]
@@ -438,7 +438,7 @@ def test_rules_demo_summary_json_measures_content_too(smoke_run):
 
 
 def test_content_property_reads_the_answer_without_tags():
-    from minimind_trl.cli.demo_reward_model import in_question_language
+    from minimind_trl.demos.reward_model import in_question_language
 
     assert in_question_language("狗有几条腿？", "<think>\n4\n</think>\n<answer>\n四条\n</answer>")
     assert not in_question_language("狗有几条腿？", "<think>\n四条\n</think>\n<answer>\n4\n</answer>")
@@ -450,7 +450,7 @@ def test_content_property_reads_the_answer_without_tags():
 
 
 def test_preference_pairs_differ_in_the_property_only():
-    from minimind_trl.cli.demo_reward_model import (
+    from minimind_trl.demos.reward_model import (
         CJK, Fragments, answer_text, bundled_texts, in_question_language, make_pairs,
     )
 
@@ -477,7 +477,7 @@ def test_reward_model_prefers_the_property_on_held_out_prompts(tmp_path):
     scored every English question's answers +2 to +7, good or bad)."""
     from statistics import mean
 
-    from minimind_trl.cli.demo_reward_model import (
+    from minimind_trl.demos.reward_model import (
         CJK, Fragments, bundled_texts, conversation, make_pairs, train_reward_model,
     )
     from minimind_trl.rewards.scorers import InternLM2Scorer

@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from .demo_held_out import held_out_lines
+from .held_out import held_out_lines
 
 # (label on the per-step line, TRL log key, format)
 STEP_FIELDS = (
@@ -216,7 +216,7 @@ def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[st
 def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: str, content, seed: int, reward_model,
                   seconds: float, held_out: tuple[dict, int, bool] = ({}, 0, False), reward_weights=None):
     """`summary.json`: the reward's first/last 10-step means, each reward term before/after GRPO on the held-out
-    prompts (`held_out` = (`demo_held_out.held_out_terms`, how many prompts, whether GRPO trained on them)) and the
+    prompts (`held_out` = (`held_out.held_out_terms`, how many prompts, whether GRPO trained on them)) and the
     content property's share before/after (`content` = (name, before, after, completions sampled)); returned as a
     dict."""
     windows = reward_windows(records)
