@@ -19,6 +19,7 @@ registered ones such as MiniMind-3's, + the MoE aux loss), old log-probs `_old_p
 import inspect
 import os
 from contextlib import contextmanager, nullcontext
+from types import MappingProxyType
 
 import torch
 from accelerate.utils import is_peft_model
@@ -45,7 +46,7 @@ from .outputs.model_card import (
     upstream_title,
 )
 from .algorithm.policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
-from .algorithm.policy_losses import upto_first_eos_mask
+from .algorithm.policy_losses import check_loss_kwargs, upto_first_eos_mask
 from .algorithm.seam_choice import seam_rows, seam_run_identity
 from .speed.prompt_sharing import shares_prompts, with_shared_prompt
 from .rollouts.tool_loop_checks import record_unanswered_calls
@@ -126,6 +127,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             self.aux_loss_enabled = False
         self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
         self._registered_loss = args.loss_type not in TRL_LOSS_TYPES
+        self._loss_kwargs = MappingProxyType(check_loss_kwargs(args))  # the loss's declared defaults + the recipe's
         self._rewards_per_func = None
         self._past_eos_attended = False
         self._shares_prompts = shares_prompts(self)
@@ -299,6 +301,9 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             mask=mask,
             epsilon=self.epsilon_low,
             epsilon_high=self.epsilon_high,
+            entropies=entropies,
+            ref_per_token_logps=inputs.get("ref_per_token_logps"),  # TRL computes them only when beta != 0
+            loss_kwargs=self._loss_kwargs,
         )
         per_token_loss, loss_metrics = compute_policy_loss(self.loss_type, batch)
         if "importance_sampling_ratio" in inputs:  # TRL's vLLM correction, applied as TRL applies it to its losses
