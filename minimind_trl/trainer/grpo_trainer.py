@@ -14,6 +14,7 @@ rewards `_calculate_rewards` (functions: `minimind_trl.rewards`), advantages `_a
 `_scored`), loss and k3 KL `_compute_loss` (TRL's for its loss types, `_registered_policy_loss` for the
 registered ones such as MiniMind-3's, + the MoE aux loss), old log-probs `_old_per_token_logps`, saving
 `_save_checkpoint` (in `checkpointed_training`, with the guarded run, staged saves and the epoch's prompt order).
+Every private member of TRL's overridden or read here is listed in `trl_private.PRIVATE_MEMBERS`.
 """
 
 import inspect
