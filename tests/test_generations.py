@@ -330,3 +330,57 @@ def test_a_runs_precision_is_compared_with_upstreams_on_the_same_device(dtype, o
     assert same_value(run, UPSTREAM_PRECISION) is matches
     for generation in GENERATIONS.values():
         assert generation.setting("bf16").value is UPSTREAM_PRECISION
+
+
+def entropy_bonus_example() -> str:
+    """The python block of docs/generations.md's "What a loss receives" section, verbatim."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("### What a loss receives, and a coefficient from the recipe") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_docs_entropy_bonus_example_takes_its_coefficient_from_the_recipe_and_logs_its_metric(registries, tmp_path):
+    """The doc's loss trains with the coefficient the config gives it, adds -coef x the logged entropy and logs
+    its own metric; a coefficient outside its declared range is refused naming the key."""
+    from datasets import Dataset
+
+    from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
+    from minimind_trl.trainer import MiniMindGRPOTrainer
+
+    from trainer.test_trainer import full_softmax_logps, grpo_config, tiny_model
+
+    namespace = {}
+    exec(compile(entropy_bonus_example(), str(DOC), "exec"), namespace)
+    assert POLICY_LOSSES["reinforce_entropy"] is namespace["reinforce_entropy"]
+    with pytest.raises(ValueError, match="loss_kwargs key 'entropy_coef'.*must be at least 0"):
+        grpo_config(tmp_path, loss_type="reinforce_entropy", loss_kwargs={"entropy_coef": -0.5})
+
+    tokenizer = build_minimind_tokenizer()
+    rows = [{"prompt": f"Question {i // 4}: what now?"} for i in range(8)]
+    args = grpo_config(
+        tmp_path, loss_type="reinforce_entropy", loss_kwargs={"entropy_coef": 0.5}, advantage_estimator="group_zscore",
+        learning_rate=1e-2, max_steps=2, save_strategy="no", beta=0.0, logging_steps=1,
+    )
+    initial = tiny_model(tokenizer)
+    trainer = MiniMindGRPOTrainer(
+        copy.deepcopy(initial), lambda completion_ids, **kw: [float(ids[0] % 5) for ids in completion_ids], args,
+        train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+    )
+    completions = [[7 + i, 9, 11 + i, 2] for i in range(8)]
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([completions[i] for i in range(len(prompt_ids))], None)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    inputs = trainer._generate_and_score_completions(rows)
+    loss = trainer.compute_loss(trainer.model, inputs)
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    logps = full_softmax_logps(initial, input_ids, 4)
+    with torch.no_grad():
+        log_probs = initial(input_ids, logits_to_keep=5).logits[:, :-1, :].log_softmax(-1)
+    entropies = -(log_probs.exp() * log_probs).sum(-1)
+    per_token = -inputs["advantages"].unsqueeze(1) * logps - 0.5 * entropies
+    assert loss.item() == pytest.approx(per_token.mean(dim=1).mean().item(), rel=1e-5)
+    assert trainer._metrics["train"]["entropy_bonus"][-1] == pytest.approx(0.5 * entropies.mean().item(), rel=1e-5)
+
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "entropy_bonus" in entry]
+    assert len(logged) == 2 and all(entry["entropy_bonus"] == pytest.approx(0.5 * entry["entropy"]) for entry in logged)

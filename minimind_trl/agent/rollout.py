@@ -198,8 +198,10 @@ class AgentRollout:
             for i, messages in enumerate(prompts)
         ]
 
+        from ..trainer.trl_private import generate_single_turn  # not at the top: the trainer package loads TRL
+
         def generate(contexts):
-            return trainer._generate_single_turn(contexts, None, {}, 1)
+            return generate_single_turn(trainer, contexts)  # one turn of each transcript, already one per row
 
         has_logprobs = self.run(transcripts, tokenizer, lockstep_generator(trainer, generate), template_kwargs)
         log_rollout_metrics(trainer, transcripts)
@@ -361,6 +363,8 @@ def _is_zero3(trainer) -> bool:
 def log_rollout_metrics(trainer, transcripts: list[Transcript]) -> None:
     """Per rollout, over every process (`agent/...` in the logs): turns, tool calls, failed calls (an unknown tool,
     bad arguments, a tool that raised or timed out) and the unfinished share."""
+    from ..trainer.trl_private import metrics  # not at the top: the trainer package loads TRL
+
     mode = "train" if trainer.model.training else "eval"
     local = torch.tensor(
         [[len(t.turn_outputs), t.tool_calls, t.tool_failures, float(t.unfinished)] for t in transcripts],
@@ -368,5 +372,6 @@ def log_rollout_metrics(trainer, transcripts: list[Transcript]) -> None:
     )
     means = trainer.accelerator.gather(local).mean(dim=0).tolist()
     names = ("agent/turns", "agent/tool_calls", "agent/tool_failures", "agent/unfinished")
+    logged = metrics(trainer, mode)
     for name, value in zip(names, means, strict=True):
-        trainer._metrics[mode][name].append(value)
+        logged[name].append(value)

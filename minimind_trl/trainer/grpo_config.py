@@ -15,7 +15,7 @@ from .algorithm.advantages import TRL_ADVANTAGES
 from .checks.config_ranges import check_ranges, warn_loss_options
 from .speed.cpu_precision import choose_bf16, runs_on_cpu
 from .algorithm.loss_aggregation import effective_loss_aggregation
-from .algorithm.policy_losses import loss_option_problems
+from .algorithm.policy_losses import check_loss_kwargs, loss_option_problems
 from .algorithm.seam_choice import check_seam_choices
 
 SAMPLING_WEIGHTS_DTYPES = ("auto", "bfloat16", "float16")  # or None
@@ -51,6 +51,10 @@ class MiniMindGRPOConfig(GRPOConfig):
             each completion's masked token mean, then the mean), `"token-mean"` (TRL's `dapo`/`cispo`: over the
             tokens of the accumulated batch), `"local-token-mean"` (`bnpo`), `"seq-mean-token-sum-norm"`
             (`dr_grpo`), `"seq-mean-token-sum"` (`luspo`). TRL's loss types aggregate their own way: leave it unset.
+        loss_kwargs (`dict` or `None`, *optional*, defaults to `None`):
+            A registered `loss_type`'s own keyword arguments (e.g. `{"entropy_coef": 0.01}`; JSON on the command
+            line), which it receives as `PolicyLossInputs.loss_kwargs` over the defaults it declared. A key it does
+            not declare, a value of another type or outside its range is refused naming the key.
         upstream (`str` or `None`, *optional*, defaults to `None`):
             The upstream generation the run follows: a name of `minimind_trl.generations.UPSTREAMS` (the
             generations of the table below, or `"trl"`: TRL's own `GRPOConfig` defaults). It sets no value itself: the model
@@ -158,6 +162,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         seed (`int`, defaults to `42`): upstream's `setup_seed(42)`.
     """
 
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["loss_kwargs"]  # a command line's JSON becomes a dict
+
     # MiniMind-specific parameters
     max_prompt_length: int | None = field(
         default=66,
@@ -182,6 +188,13 @@ class MiniMindGRPOConfig(GRPOConfig):
             "help": "For a registered loss_type: 'seq-mean-token-mean' (None; upstream's per-completion mean), "
             "'token-mean', 'local-token-mean', 'seq-mean-token-sum-norm', 'seq-mean-token-sum' or an importable "
             "'package.module:function'. TRL's loss types aggregate their own way."
+        },
+    )
+    loss_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "A registered loss_type's own keyword arguments, as JSON (e.g. '{\"entropy_coef\": 0.01}'); "
+            "checked against what the loss declares (register_policy_loss(name, loss_kwargs=...))."
         },
     )
     upstream: str | None = field(
@@ -334,6 +347,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         problems = loss_option_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+        check_loss_kwargs(self)  # after super().__post_init__ has read a command line's JSON into a dict
         warn_loss_options(self)
         if self.upstream is not None:
             get_generation(self.upstream)  # a ValueError naming the known generations

@@ -14,11 +14,13 @@ rewards `_calculate_rewards` (functions: `minimind_trl.rewards`), advantages `_a
 `_scored`), loss and k3 KL `_compute_loss` (TRL's for its loss types, `_registered_policy_loss` for the
 registered ones such as MiniMind-3's, + the MoE aux loss), old log-probs `_old_per_token_logps`, saving
 `_save_checkpoint` (in `checkpointed_training`, with the guarded run, staged saves and the epoch's prompt order).
+Every private member of TRL's overridden or read here is listed in `trl_private.PRIVATE_MEMBERS`.
 """
 
 import inspect
 import os
 from contextlib import contextmanager, nullcontext
+from types import MappingProxyType
 
 import torch
 from accelerate.utils import is_peft_model
@@ -38,7 +40,7 @@ from .grpo_config import MiniMindGRPOConfig
 from .algorithm.loss_aggregation import LossScale, aggregate, effective_loss_aggregation
 from .outputs.model_card import RunCard, describe_run, extend_model_card, render_run_section
 from .algorithm.policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_policy_loss, k3_kl, loss_metric_values
-from .algorithm.policy_losses import upto_first_eos_mask
+from .algorithm.policy_losses import check_loss_kwargs, upto_first_eos_mask
 from .speed.prompt_sharing import shares_prompts, with_shared_prompt
 from .rollouts.tool_loop_checks import record_unanswered_calls
 from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
@@ -105,6 +107,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             self.aux_loss_enabled = False
         self._adds_model_aux_loss = not self.aux_loss_enabled and args.moe_aux_loss_weight != 0.0
         self._registered_loss = args.loss_type not in TRL_LOSS_TYPES
+        self._loss_kwargs = MappingProxyType(check_loss_kwargs(args))  # the loss's declared defaults + the recipe's
         self._rewards_per_func = None
         self._past_eos_attended = False
         self._shares_prompts = shares_prompts(self)
@@ -280,6 +283,9 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             mask=mask,
             epsilon=self.epsilon_low,
             epsilon_high=self.epsilon_high,
+            entropies=entropies,
+            ref_per_token_logps=inputs.get("ref_per_token_logps"),  # TRL computes them only when beta != 0
+            loss_kwargs=self._loss_kwargs,
         )
         per_token_loss, loss_metrics = compute_policy_loss(self.loss_type, batch)
         if "importance_sampling_ratio" in inputs:  # TRL's vLLM correction, applied as TRL applies it to its losses

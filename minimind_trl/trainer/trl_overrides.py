@@ -1,6 +1,7 @@
 """What `MiniMindGRPOTrainer` substitutes inside `GRPOTrainer.__init__`, which has no argument for it: the
 scoring temperature of the fused LM head, for an in-memory policy the frozen reference copy and, for a colocated
-vLLM engine, its dtype and the log-probs it returns.
+vLLM engine, its dtype and the log-probs it returns. The functions swapped are listed, with every other private
+member of TRL's used here, in `trl_private.PRIVATE_MEMBERS`.
 """
 
 import copy
@@ -11,6 +12,7 @@ from trl.trainer import grpo_trainer as _trl_grpo
 
 from ..models.minimind.tokenization_minimind import attach_response_template
 from .speed import fast_logprobs
+from .trl_private import parsing_tokenizer, set_parsing_tokenizer
 
 
 def reference_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -120,11 +122,11 @@ def completions_as_text(trainer) -> None:
     """
     if trainer.tools or getattr(trainer, "environment_factories", None) is not None:
         return
-    if getattr(trainer._tokenizer, "response_template", None) is None:
+    if getattr(parsing_tokenizer(trainer), "response_template", None) is None:
         return
-    plain = copy.copy(trainer._tokenizer)
+    plain = copy.copy(parsing_tokenizer(trainer))
     plain.response_template = None
-    trainer._tokenizer = plain
+    set_parsing_tokenizer(trainer, plain)
 
 
 __all__ = ["completions_as_text", "reference_copy", "trl_init_overrides"]

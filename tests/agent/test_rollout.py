@@ -158,7 +158,7 @@ def test_upstream_step_rolled_out_and_scored_by_the_trainer(steps, tokenizer, tm
     monkeypatch.setattr(rollout, "draw_open_thinking", lambda seed, key, row: next(draws))  # upstream's own draws
     trainer = step_trainer(tmp_path, step, tokenizer, reward, rollout)
     engine = ScriptedTurns(step["rollouts"])
-    trainer._generate_single_turn = lambda contexts, images, fields, num_generations: engine(contexts)
+    trainer._generate_single_turn = lambda contexts, images, multimodal_fields, num_generations: engine(contexts)
     rows = [
         {"prompt": step["samples"][i // group]["messages"], "tools": _json(step["samples"][i // group]["tools"]),
          "gt": _json(step["samples"][i // group]["gt"])}

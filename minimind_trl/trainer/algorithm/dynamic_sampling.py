@@ -22,6 +22,7 @@ import zlib
 import torch
 
 from ...errors import RecipeError
+from ..trl_private import metrics, parsing_tokenizer
 from .advantages import zero_spread_rows
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")  # left-padded
@@ -130,13 +131,13 @@ def refill(trainer, inputs) -> tuple[dict, torch.Tensor]:
     row_round = choose_rounds(no_spread_groups).repeat_interleave(num_generations)
     everyone = torch.arange(row_round.numel(), device=row_round.device)
     rewards = torch.stack([round_rewards for _, round_rewards in rounds])[row_round, everyone]
-    output = merge_rounds([out for out, _ in rounds], row_round[local], trainer._tokenizer.pad_token_id)
+    output = merge_rounds([out for out, _ in rounds], row_round[local], parsing_tokenizer(trainer).pad_token_id)
     output["advantages"] = trainer._advantages(rewards, "train")[local]
     output["num_items_in_batch"] = trainer.accelerator.gather(output["completion_mask"].sum()).sum()
-    metrics = trainer._metrics["train"]
-    metrics["dynamic_sampling/zero_spread_before"].append(no_spread_groups[0].float().mean().item())
-    metrics["dynamic_sampling/zero_spread_after"].append(pending.float().mean().item())
-    metrics["dynamic_sampling/extra_completions"].append(float((len(rounds) - 1) * row_round.numel()))
+    logged = metrics(trainer, "train")
+    logged["dynamic_sampling/zero_spread_before"].append(no_spread_groups[0].float().mean().item())
+    logged["dynamic_sampling/zero_spread_after"].append(pending.float().mean().item())
+    logged["dynamic_sampling/extra_completions"].append(float((len(rounds) - 1) * row_round.numel()))
     return output, row_round
 
 

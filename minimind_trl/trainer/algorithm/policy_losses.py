@@ -1,7 +1,10 @@
 """GRPO policy losses: a registry of pure per-token functions, and MiniMind-3's two.
 
 `register_policy_loss(name)` adds a loss: a function of `PolicyLossInputs` returning the per-token policy loss
-(B, T), or, as verl's losses do, `(per_token_loss, metrics)`. `loss_type: <name>` picks it (or `loss_type:
+(B, T), or, as verl's losses do, `(per_token_loss, metrics)`. Beside the log-probs and advantages, a loss receives
+the policy's per-token entropies, the reference's log-probs and its own keyword arguments from the recipe
+(`loss_kwargs`, declared with `register_policy_loss(name, loss_kwargs={...})` and checked by `check_loss_kwargs`
+when the config is built). `loss_type: <name>` picks it (or `loss_type:
 package.module:function`, see `seams.py`); the trainer then adds the KL penalty `beta * k3` (as upstream and TRL
 do for every loss) and aggregates with `loss_aggregation` (`loss_aggregation.py`). TRL's own loss types
 (`TRL_LOSS_TYPES`) are not registered here: those names run TRL's `_compute_loss` untouched, so they cannot be
@@ -29,12 +32,14 @@ the current ones detached (ratio 1 in value) when the batch is on-policy; see
 `MiniMindGRPOTrainer._old_per_token_logps`.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 
-from ...errors import ExtensionError
+from ...errors import ExtensionError, RecipeError
 from .seams import Seam, function_name
 
 # The loss types TRL 1.16's `GRPOTrainer._compute_loss` implements (tests read them back from its source).
@@ -50,6 +55,13 @@ class PolicyLossInputs:
     advantages: (B, 1).
     mask: the completion tokens the loss counts (1) (see `upto_first_eos_mask`).
     epsilon / epsilon_high: the config's `epsilon` and `epsilon_high` (TRL's `epsilon_low` / `epsilon_high`).
+    entropies: the policy's per-token entropies (of the same forward as `per_token_logps`, at the scoring
+        temperature), with gradient: the values the trainer logs as `entropy`. The trainer always sets them; None
+        only in inputs built without it (e.g. by hand in a test).
+    ref_per_token_logps: the frozen reference's log-probs of the completion tokens, without gradient (those of the
+        trainer's `beta` x k3 KL); None when `beta == 0` (no reference model exists then).
+    loss_kwargs: the loss's own keyword arguments: those it declared (`register_policy_loss(name,
+        loss_kwargs=...)`) with the recipe's `loss_kwargs` over their defaults, already checked; read-only.
     """
 
     per_token_logps: torch.Tensor
@@ -58,6 +70,9 @@ class PolicyLossInputs:
     mask: torch.Tensor
     epsilon: float
     epsilon_high: float
+    entropies: torch.Tensor | None = None
+    ref_per_token_logps: torch.Tensor | None = None
+    loss_kwargs: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def ratio(self) -> torch.Tensor:
@@ -84,10 +99,86 @@ POLICY_LOSS_SEAM = Seam(
 )
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
+@dataclass(frozen=True)
+class LossKwarg:
+    """A keyword argument a loss declares: its `default` (whose type a recipe's value must have: a float accepts
+    an int, numbers must be finite) and, for a number, the range it must lie in (a `checks.config_ranges.Range`,
+    or any object with `contains(value)` and `describe()`)."""
+
+    default: object
+    range: object | None = None
+
+
+LOSS_KWARGS_ATTRIBUTE = "__minimind_loss_kwargs__"  # where a loss function keeps its declaration
+
+
+def register_policy_loss(
+    name: str, loss_kwargs: Mapping[str, object] | None = None
+) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: register `fn(inputs: PolicyLossInputs) -> Tensor (B, T)` (or `(Tensor (B, T), metrics)`) as
-    `loss_type: <name>`."""
-    return POLICY_LOSS_SEAM.register(name)
+    `loss_type: <name>`. `loss_kwargs` declares the keyword arguments a recipe may give it (`loss_kwargs:` in the
+    config): name -> default, or name -> `LossKwarg(default, range)`; the loss reads them in `inputs.loss_kwargs`.
+    The declaration stays on the function, so a recipe naming it as `package.module:function` finds it too."""
+    register = POLICY_LOSS_SEAM.register(name)
+    declared = {key: value if isinstance(value, LossKwarg) else LossKwarg(value) for key, value in
+                (loss_kwargs or {}).items()}
+
+    def declare_and_register(fn: PolicyLoss) -> PolicyLoss:
+        for key, kwarg in declared.items():
+            problem = _kwarg_problem(kwarg, kwarg.default)
+            if not isinstance(key, str) or problem:
+                raise ExtensionError(f"policy loss {name!r} declares loss_kwargs {key!r} with default "
+                                     f"{kwarg.default!r}: {problem or 'a keyword is a string'}")
+        setattr(fn, LOSS_KWARGS_ATTRIBUTE, MappingProxyType(declared))
+        return register(fn)
+
+    return declare_and_register
+
+
+def declared_loss_kwargs(fn: PolicyLoss) -> Mapping[str, LossKwarg]:
+    return getattr(fn, LOSS_KWARGS_ATTRIBUTE, MappingProxyType({}))
+
+
+def _kwarg_problem(kwarg: LossKwarg, value) -> str | None:
+    """Why `value` does not fit the declared keyword argument, or None."""
+    kind = type(kwarg.default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kwarg.default is not None and type(value) is not kind:
+        return f"must be a {kind.__name__} (like its default {kwarg.default!r}), got {type(value).__name__} {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be finite, got {value!r}"
+    if kwarg.range is not None and not kwarg.range.contains(value):
+        return f"must be {kwarg.range.describe()}, got {value!r}"
+    return None
+
+
+def check_loss_kwargs(args) -> dict:
+    """The loss's keyword arguments in effect for `args` (a `MiniMindGRPOConfig`: its `loss_type` and
+    `loss_kwargs`): the declared defaults with the recipe's values over them. A key the loss does not declare, a
+    value of another type or outside its range is one `RecipeError` naming the key."""
+    given = args.loss_kwargs or {}
+    if not isinstance(given, Mapping):
+        raise RecipeError(f"loss_kwargs must be a mapping of keyword -> value (JSON on the command line), got "
+                          f"{given!r}")
+    if args.loss_type in TRL_LOSS_TYPES:
+        if given:
+            raise RecipeError(f"loss_kwargs {sorted(given)} given, but TRL's loss_type {args.loss_type!r} takes no "
+                              "keyword arguments (they are for a registered loss); use TRL's own options")
+        return {}
+    declared = declared_loss_kwargs(get_policy_loss(args.loss_type))
+    for key, value in given.items():
+        if key not in declared:
+            known = ", ".join(declared) or "none"
+            raise RecipeError(f"loss_kwargs key {key!r} is not a keyword argument of loss_type {args.loss_type!r} "
+                              f"(it declares: {known})")
+        problem = _kwarg_problem(declared[key], value)
+        if problem:
+            raise RecipeError(f"loss_kwargs key {key!r} of loss_type {args.loss_type!r} {problem}")
+    resolved = {key: kwarg.default for key, kwarg in declared.items()}
+    resolved.update({key: float(value) if isinstance(declared[key].default, float) else value
+                     for key, value in given.items()})
+    return resolved
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
@@ -211,6 +302,10 @@ _TRL_LOSS_ONLY_OPTIONS = (
     ("entropy_coef", lambda args: args.entropy_coef != 0.0, "0.0"),
     ("use_adaptive_entropy", lambda args: args.use_adaptive_entropy, "false"),
 )
+# Why the entropy options are among them: TRL adds its bonus (and runs its adaptive controller, whose state it saves
+# in checkpoints) inside its `_compute_loss`, which a registered loss replaces. A registered loss receives the
+# entropies instead (`PolicyLossInputs.entropies`) and takes its coefficient from `loss_kwargs`.
+_ENTROPY_OPTIONS = ("entropy_coef", "use_adaptive_entropy")
 
 
 def loss_option_problems(args) -> list[str]:
@@ -220,6 +315,8 @@ def loss_option_problems(args) -> list[str]:
     problems = [
         f"{name}={getattr(args, name)!r} is implemented by TRL's loss types only; with loss_type "
         f"{args.loss_type!r} keep it at {default}"
+        + (" (a registered loss adds its own entropy bonus from inputs.entropies, its coefficient from loss_kwargs: "
+           "docs/generations.md)" if name in _ENTROPY_OPTIONS else "")
         for name, applies, default in _TRL_LOSS_ONLY_OPTIONS
         if applies(args)
     ]
@@ -235,8 +332,11 @@ __all__ = [
     "POLICY_LOSSES",
     "POLICY_LOSS_SEAM",
     "TRL_LOSS_TYPES",
+    "LossKwarg",
     "PolicyLossInputs",
+    "check_loss_kwargs",
     "compute_policy_loss",
+    "declared_loss_kwargs",
     "get_policy_loss",
     "k3_kl",
     "loss_metric_values",

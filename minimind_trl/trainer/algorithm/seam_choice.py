@@ -7,10 +7,12 @@ run record (`minimind_run.json`), so a resume that would run another function is
 `check_seam_choices` is the config's check of the three names (and of the TRL options they make meaningless).
 """
 
+import json
+
 from ...errors import RecipeError
 from .advantages import ADVANTAGE_ESTIMATORS, ADVANTAGE_SEAM, TRL_ADVANTAGES
 from .loss_aggregation import LOSS_AGGREGATION_SEAM, LOSS_AGGREGATIONS, TRL_LOSS_AGGREGATION, effective_loss_aggregation
-from .policy_losses import POLICY_LOSS_SEAM, POLICY_LOSSES, TRL_LOSS_TYPES
+from .policy_losses import POLICY_LOSS_SEAM, POLICY_LOSSES, TRL_LOSS_TYPES, check_loss_kwargs
 
 SEAMS = (ADVANTAGE_SEAM, POLICY_LOSS_SEAM, LOSS_AGGREGATION_SEAM)
 
@@ -25,7 +27,10 @@ def resolve_seam_names(args) -> None:
 
 
 def seam_rows(args) -> list[tuple[str, str, str]]:
-    """(config key, the name in effect, the function that runs) for each seam; TRL's own code as `trl:...`."""
+    """(config key, the name in effect, the function that runs) for each seam; TRL's own code as `trl:...`. The
+    loss's keyword arguments in effect (`loss_kwargs`, its declared defaults with the recipe's over them) follow
+    its name in the model card; the run record keeps the function only (like `beta` or `epsilon`, a coefficient
+    may change on resume)."""
     loss_type = args.loss_type
     if loss_type in TRL_LOSS_TYPES:
         aggregation = (effective_loss_aggregation(loss_type, None), f"trl:GRPOTrainer ({loss_type})")
@@ -35,9 +40,13 @@ def seam_rows(args) -> list[tuple[str, str, str]]:
     estimator = args.advantage_estimator
     return [
         ("advantage_estimator", estimator, ADVANTAGE_SEAM.function_name(estimator)),
-        ("loss_type", loss_type, POLICY_LOSS_SEAM.function_name(loss_type)),
+        ("loss_type", _with_kwargs(loss_type, check_loss_kwargs(args)), POLICY_LOSS_SEAM.function_name(loss_type)),
         ("loss_aggregation", *aggregation),
     ]
+
+
+def _with_kwargs(name: str, kwargs: dict) -> str:
+    return name if not kwargs else f"{name} {json.dumps(kwargs, sort_keys=True)}"
 
 
 def seam_run_identity(args) -> dict[str, str]:

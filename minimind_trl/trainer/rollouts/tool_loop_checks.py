@@ -13,6 +13,8 @@ import logging
 
 import torch
 
+from ..trl_private import metrics
+
 logger = logging.getLogger(__name__)
 
 
@@ -46,8 +48,8 @@ def record_unanswered_calls(trainer, completions) -> None:
     local = torch.tensor([*counts, len(completions)], dtype=torch.float32, device=trainer.accelerator.device)
     by_length, by_iterations, total = trainer.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
     mode = "train" if trainer.model.training else "eval"
-    trainer._metrics[mode]["tools/unanswered_by_length"].append(by_length / max(total, 1.0))
-    trainer._metrics[mode]["tools/unanswered_by_iterations"].append(by_iterations / max(total, 1.0))
+    metrics(trainer, mode)["tools/unanswered_by_length"].append(by_length / max(total, 1.0))
+    metrics(trainer, mode)["tools/unanswered_by_iterations"].append(by_iterations / max(total, 1.0))
     if by_length and not getattr(trainer, "_warned_unanswered_calls", False):
         trainer._warned_unanswered_calls = True
         logger.warning(
