@@ -38,6 +38,17 @@ CONFIG_FIELDS = {f.name for f in dataclasses.fields(MiniMindGRPOConfig)}
 SCRIPT_FIELDS = {f.name for f in dataclasses.fields(GRPOScriptArguments)}
 
 
+FIXED_COMPLETIONS = [[7 + i, 9, 11 + i, 2] for i in range(8)]  # two groups of 4, each ending in EOS (2)
+
+
+def scored_fixed_batch(trainer, rows):
+    """The trainer's own generate-and-score step on `rows`, with sampling replaced by `FIXED_COMPLETIONS`."""
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: (FIXED_COMPLETIONS[: len(prompt_ids)], None)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer._generate_and_score_completions(rows)
+
+
 def config(tmp_path, **values):
     return MiniMindGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **values)
 
@@ -212,11 +223,7 @@ def test_docs_example_registers_a_loss_and_an_estimator_that_train(registries, t
         copy.deepcopy(initial), lambda completions, fixed, **kw: list(fixed), args,
         train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
     )
-    completions = [[7 + i, 9, 11 + i, 2] for i in range(8)]
-    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([completions[i] for i in range(len(prompt_ids))], None)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    inputs = trainer._generate_and_score_completions(rows)
+    inputs = scored_fixed_batch(trainer, rows)
     expected_advantages = torch.tensor(rewards).view(2, 4)
     expected_advantages = (expected_advantages - expected_advantages.mean(1, keepdim=True)).view(-1)
     torch.testing.assert_close(inputs["advantages"], expected_advantages)
@@ -297,10 +304,7 @@ def test_docs_example_trains_with_a_reward_function_that_returns_none_for_some_c
     trainer = MiniMindGRPOTrainer(
         copy.deepcopy(initial), some_unscorable, args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
     )
-    completions = [[7 + i, 9, 11 + i, 2] for i in range(8)]  # rewards 4, 1, None, 0 | 2, None, 1, 3
-    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([completions[i] for i in range(len(prompt_ids))], None)
-    trainer.model.train()
-    inputs = trainer._generate_and_score_completions(rows)
+    inputs = scored_fixed_batch(trainer, rows)  # rewards 4, 1, None, 0 | 2, None, 1, 3
     scorable_baselines = torch.tensor([4 - 5 / 3, 1 - 5 / 3, 0.0, 0 - 5 / 3, 2 - 2.0, 0.0, 1 - 2.0, 3 - 2.0])
     torch.testing.assert_close(inputs["advantages"], scorable_baselines)
 
@@ -366,11 +370,7 @@ def test_docs_entropy_bonus_example_takes_its_coefficient_from_the_recipe_and_lo
         copy.deepcopy(initial), lambda completion_ids, **kw: [float(ids[0] % 5) for ids in completion_ids], args,
         train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
     )
-    completions = [[7 + i, 9, 11 + i, 2] for i in range(8)]
-    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([completions[i] for i in range(len(prompt_ids))], None)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    inputs = trainer._generate_and_score_completions(rows)
+    inputs = scored_fixed_batch(trainer, rows)
     loss = trainer.compute_loss(trainer.model, inputs)
     input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     logps = full_softmax_logps(initial, input_ids, 4)

@@ -30,6 +30,15 @@ with output_dir_lock(sys.argv[1]):
     sys.stdin.read()
 """
 
+
+def hold_lock(out):
+    """A second process holding `out`'s run lock (it prints `locked` once it holds it, and lets go at stdin's end)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=subprocess_env(),
+    )  # fmt: skip
+
+
 # SIGKILL in the middle of writing the final model's weights (100 bytes written), as a full disk or a kill would.
 KILL_DURING_FINAL_SAVE = """
 import os, signal, sys
@@ -116,10 +125,7 @@ def test_the_lean_sampler_refuses_a_non_positive_temperature():
 
 def test_a_second_run_into_a_held_output_dir_is_refused(tiny, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
+    holder = hold_lock(out)
     try:
         assert holder.stdout.readline().strip() == "locked"
         no_model_loading(monkeypatch)
@@ -137,10 +143,7 @@ def test_a_second_run_into_a_held_output_dir_is_refused(tiny, tmp_path, monkeypa
 
 def test_a_crashed_runs_lock_does_not_block_the_next_run(tmp_path):
     out = tmp_path / "out"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
+    holder = hold_lock(out)
     assert holder.stdout.readline().strip() == "locked"
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=60)
@@ -169,10 +172,7 @@ def test_a_concurrent_runs_lock_file_is_never_removed(tmp_path):
     out = tmp_path / "out"
     with output_dir_lock(str(out)):
         (out / LOCK_NAME).unlink()
-        holder = subprocess.Popen(
-            [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env=subprocess_env(),
-        )  # fmt: skip
+        holder = hold_lock(out)
         try:
             assert holder.stdout.readline().strip() == "locked"
         except BaseException:
