@@ -139,3 +139,15 @@ def test_the_test_tree_has_one_conftest():
     to import (CI's whole suite stopped at collection so). Shared fixtures go in tests/conftest.py."""
     tests = Path(__file__).resolve().parent
     assert sorted(str(path.relative_to(tests)) for path in tests.rglob("conftest.py")) == ["conftest.py"]
+
+
+def test_pyproject_lists_every_package_folder():
+    # setuptools ships only the packages pyproject.toml lists; a folder left out imports from a checkout
+    # (and an editable install) but is missing from a wheel.
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(init.parent.relative_to(root).parts) for init in (root / "minimind_trl").rglob("__init__.py")}
+    missing = sorted(folders - listed)
+    assert not missing, f"packages missing from pyproject.toml's [tool.setuptools] packages: {missing}"
