@@ -7,7 +7,7 @@ import socket
 import torch
 from grpo_fixtures import REPO_ROOT
 
-from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl.models.minimind.tiny import tiny_minimind_model
 from minimind_trl.trainer import MiniMindGRPOConfig
 
 PAD, EOS = 0, 2
@@ -18,20 +18,11 @@ PROMPTS = (
 
 
 def tiny_model(tokenizer, use_moe=False, seed=0):
-    torch.manual_seed(seed)
-    config = MiniMindConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=len(tokenizer),
-        use_moe=use_moe,
-        num_experts=4,
-        num_experts_per_tok=2,
+    """The package's tiny MiniMind2, with a MoE of 4 experts when asked."""
+    return tiny_minimind_model(
+        len(tokenizer), seed=seed, use_moe=use_moe, num_experts=4, num_experts_per_tok=2,
         router_aux_loss_coef=0.1,  # large enough that a missing or doubled aux loss shows in the loss
     )
-    return MiniMindForCausalLM(config)
 
 
 def grpo_config(tmp_path, **overrides):

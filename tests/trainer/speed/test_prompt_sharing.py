@@ -14,6 +14,7 @@ from grpo_fixtures import fixed_generation as shared_fixed_generation
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
+from minimind_trl.models.minimind.tiny import tiny_minimind_model
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 from minimind_trl.trainer.speed.prompt_sharing import sharing_off_reason
@@ -31,10 +32,7 @@ def tokenizer():
 
 def tiny(tokenizer, **kwargs) -> MiniMindForCausalLM:
     """A tiny MiniMind with weights large enough that fp32 gradients are well conditioned."""
-    config = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=64, vocab_size=len(tokenizer))  # fmt: skip
-    torch.manual_seed(0)
-    model = MiniMindForCausalLM(MiniMindConfig(**{**config, **kwargs}))
+    model = tiny_minimind_model(len(tokenizer), seed=0, **kwargs)
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.3) if param.ndim == 2 else param.uniform_(0.5, 1.5)
