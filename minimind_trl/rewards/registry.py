@@ -2,7 +2,7 @@
 
 Two upstream generations are here: MiniMind2's (the seed, fea69cf) `format`, `tag_count`, `reward_model` and
 MiniMind-3's (d65ef2c) `length`, `thinking_length`, `think_close_count`, `repetition_penalty`,
-`answer_reward_model`. The reward-model terms (`REWARD_MODEL_REWARDS`) score with the model at
+`answer_reward_model`. The reward-model terms (`reward_model_rewards()`) score with the model at
 `reward_model_name_or_path`; a run lists at most one of them.
 
 MiniMind-3's agent stage (d65ef2c `train_agent.py`) adds `agent_reward` and `agent_rule_reward` (the same without
@@ -45,6 +45,7 @@ class RewardEntry:
     check: Callable | None = None
     python: str = ""  # its public name in `module` (what Python users pass the trainer)
     module: str = "minimind_trl.rewards"
+    scores_with_reward_model: bool = False  # it loads the model at reward_model_name_or_path (a run lists one)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def check_reward_model(script_args, training_args) -> str:
     """The reward model's path and `config.json`; returns its kind."""
     path = script_args.reward_model_name_or_path
     if not path:
-        listed = [name for name in script_args.reward_funcs or [] if name in REWARD_MODEL_REWARDS]
+        listed = [name for name in script_args.reward_funcs or [] if name in reward_model_rewards()]
         raise RewardSpecError(
             f"reward_funcs includes {listed[0] if listed else 'a reward-model reward'!r} but reward_model_name_or_path "
             "is not set (the reward model it scores with)"
@@ -190,6 +191,7 @@ REWARDS: dict[str, RewardEntry] = {
         build=build_reward_model_reward,
         check=check_reward_model,
         python="RewardModelReward",
+        scores_with_reward_model=True,
     ),
     # MiniMind-3 (d65ef2c)
     "length": RewardEntry(
@@ -215,10 +217,21 @@ REWARDS: dict[str, RewardEntry] = {
         build=build_answer_reward_model_reward,
         check=check_reward_model,
         python="AnswerRewardModelReward",
+        scores_with_reward_model=True,
     ),
 }
-# The entries scoring with the reward model (a name only: `agent_reward` registers itself from `minimind_trl.agent`).
-REWARD_MODEL_REWARDS = ("reward_model", "answer_reward_model", "agent_reward")
+
+
+def reward_model_rewards() -> tuple[str, ...]:
+    """The registered rewards that score with the reward model, in the table's order (`agent_reward` among them once
+    `minimind_trl.agent` has registered it)."""
+    return tuple(name for name, entry in REWARDS.items() if entry.scores_with_reward_model)
+
+
+def __getattr__(name: str):
+    if name == "REWARD_MODEL_REWARDS":  # its earlier name, a constant: derived now, as the table can grow
+        return reward_model_rewards()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_reward(name: str, entry: RewardEntry) -> None:
@@ -261,7 +274,7 @@ def check_reward_specs(script_args, training_args) -> None:
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(names):
         raise RewardSpecError(f"reward_weights has {len(weights)} values for {len(names)} reward_funcs {names}")
-    model_rewards = [name for name in names if name in REWARD_MODEL_REWARDS]
+    model_rewards = [name for name in names if name in reward_model_rewards()]
     if len(model_rewards) > 1:
         raise RewardSpecError(
             f"reward_funcs lists {' and '.join(model_rewards)}: {'both' if len(model_rewards) == 2 else 'all'} score "
@@ -281,7 +294,7 @@ def check_reward_specs(script_args, training_args) -> None:
     if path and not model_rewards:
         raise RewardSpecError(
             f"reward_model_name_or_path={path!r} is set but no reward-model reward ("
-            f"{' or '.join(repr(name) for name in REWARD_MODEL_REWARDS)}) is in reward_funcs {names}; add one "
+            f"{' or '.join(repr(name) for name in reward_model_rewards())}) is in reward_funcs {names}; add one "
             "(or drop the path: --reward_model_name_or_path null on the command line, or remove it from the recipe)"
         )
 
@@ -297,7 +310,6 @@ def build_reward_funcs(script_args, context, tokenizer) -> list[Callable]:
 
 __all__ = [
     "REWARDS",
-    "REWARD_MODEL_REWARDS",
     "REWARD_MODEL_TYPES",
     "RewardContext",
     "RewardEntry",
@@ -307,5 +319,6 @@ __all__ = [
     "import_reward_function",
     "read_reward_model_config",
     "register_reward",
+    "reward_model_rewards",
     "reward_model_kind",
 ]

@@ -10,13 +10,17 @@ from grpo_fixtures import build_tiny_policy, build_tiny_reward_model, tiny_recip
 
 from minimind_trl.grpo import main
 from minimind_trl.rewards.registry import (
+    REWARDS,
+    RewardEntry,
     RewardSpecError,
     build_reward_funcs,
     check_reward_specs,
     import_reward_function,
+    register_reward,
     reward_model_kind,
+    reward_model_rewards,
 )
-from minimind_trl.rewards import format_reward, tag_count_reward
+from minimind_trl.rewards import format_reward, registry, tag_count_reward
 
 
 def specs(reward_funcs, reward_model=None, weights=None, kind="auto"):
@@ -54,6 +58,16 @@ def test_import_spec_forms():
 def test_bad_specs(reward_funcs, reward_model, message):
     with pytest.raises(RewardSpecError, match=message):
         check_reward_specs(*specs(reward_funcs, reward_model))
+
+
+def test_a_registered_reward_model_reward_counts_as_one(monkeypatch):
+    # Which rewards score with the reward model is read from the table, so a reward registered elsewhere (as the
+    # agent's is) is held to the one-reward-model rule like the built-in ones.
+    monkeypatch.setattr(registry, "REWARDS", dict(REWARDS))  # the test's own copy of the table
+    register_reward("my_judge", RewardEntry("a judge", build=lambda *_: None, scores_with_reward_model=True))
+    assert reward_model_rewards()[-1] == "my_judge"
+    with pytest.raises(RewardSpecError, match="reward_funcs lists reward_model and my_judge"):
+        check_reward_specs(*specs(["reward_model", "my_judge"], "some/reward-model"))
 
 
 @pytest.mark.parametrize(

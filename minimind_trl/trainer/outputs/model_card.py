@@ -9,7 +9,7 @@ settings follow upstream MiniMind's `train_grpo.py`; `extend_model_card` inserts
 import os
 from dataclasses import dataclass, field
 
-from ...rewards.registry import REWARD_MODEL_REWARDS
+from ...rewards.registry import reward_model_rewards
 from ...generations import SCRIPT, TRAINING, UPSTREAMS, compare, format_value, get_generation, same_value
 from ..algorithm.seam_choice import seam_rows
 
@@ -130,7 +130,7 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
     lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
     weights = card.reward_weights or [1.0] * len(card.reward_funcs)
     for name, weight in zip(card.reward_funcs, weights):
-        shown = f"{name} (`{card.reward_model}`)" if name in REWARD_MODEL_REWARDS and card.reward_model else name
+        shown = f"{name} (`{card.reward_model}`)" if name in reward_model_rewards() and card.reward_model else name
         lines.append(f"| {shown} | {format_value(float(weight))} |")
 
     if card.functions:
