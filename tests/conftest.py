@@ -38,6 +38,33 @@ def _deterministic_threads():
     yield
 
 
+def _share_the_cores_among_workers() -> None:
+    """Under pytest-xdist (README's test command runs two workers), each worker's torch takes its share of the cores,
+    not all of them: two workers with two threads each on a 2-core machine oversubscribe it, and OpenMP's waiting
+    threads then slow both (the tests' tiny models gain little from a second thread anyway)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The `slow` tests (the demos' learning runs, TRL's suite, multi-process launches: minutes each) come first, the
+    longest first (`slow(minutes=N)`: about what the test takes on 2 cores), then the rest in file order.
+
+    README's test command hands the tests to its two pytest-xdist workers one at a time, to whichever is free, in this
+    order (`--dist loadgroup` with no test in an `xdist_group`, and `--no-loadscope-reorder`): the long runs start on
+    both workers at once instead of one worker ending the run alone with them. A module's tests may then run in both
+    workers, so a module-scoped fixture can be built twice (once per worker)."""
+
+    def order(item):
+        slow = item.get_closest_marker("slow")
+        return (0, -slow.kwargs.get("minutes", 0)) if slow is not None else (1, 0)
+
+    items.sort(key=order)
+
+
 def _process_settings() -> tuple:
     import datasets
     import torch
@@ -46,6 +73,7 @@ def _process_settings() -> tuple:
     return transformers.logging.get_verbosity(), datasets.logging.get_verbosity(), torch.get_num_threads()
 
 
+_share_the_cores_among_workers()
 _BASELINE_SETTINGS = _process_settings()  # as the session starts, before any command ran in-process
 
 
