@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainer_fixtures import free_port
 
 HERE = Path(__file__).resolve().parent
 REQUIRE_VLLM_ENV = "MINIMIND_REQUIRE_VLLM"
@@ -33,6 +34,9 @@ def run_scenario(name: str, workdir: Path, *args: str, env: dict | None = None) 
     child_env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                  "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}  # fmt: skip
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(HERE.parent), child_env.get("PYTHONPATH")]))
+    # A rendezvous port of its own: accelerate's CPU state falls back to 29500, and two scenarios side by side (the
+    # stage runs two test modules at once) would both take it.
+    child_env["MASTER_PORT"] = (env or {}).get("MASTER_PORT") or str(free_port())
     completed = subprocess.run(
         [sys.executable, str(HERE / "vllm_scenarios.py"), name, str(workdir), *args],
         env=child_env, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S,
