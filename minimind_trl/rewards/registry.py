@@ -131,7 +131,8 @@ def check_reward_model(script_args, training_args) -> str:
     """The reward model's path and `config.json`; returns its kind."""
     path = script_args.reward_model_name_or_path
     if not path:
-        listed = [name for name in script_args.reward_funcs or [] if name in reward_model_rewards()]
+        model_rewards = reward_model_rewards()
+        listed = [name for name in script_args.reward_funcs or [] if name in model_rewards]
         raise RewardSpecError(
             f"reward_funcs includes {listed[0] if listed else 'a reward-model reward'!r} but reward_model_name_or_path "
             "is not set (the reward model it scores with)"
@@ -274,7 +275,8 @@ def check_reward_specs(script_args, training_args) -> None:
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(names):
         raise RewardSpecError(f"reward_weights has {len(weights)} values for {len(names)} reward_funcs {names}")
-    model_rewards = [name for name in names if name in reward_model_rewards()]
+    scoring_with_model = reward_model_rewards()
+    model_rewards = [name for name in names if name in scoring_with_model]
     if len(model_rewards) > 1:
         raise RewardSpecError(
             f"reward_funcs lists {' and '.join(model_rewards)}: {'both' if len(model_rewards) == 2 else 'all'} score "
@@ -294,7 +296,7 @@ def check_reward_specs(script_args, training_args) -> None:
     if path and not model_rewards:
         raise RewardSpecError(
             f"reward_model_name_or_path={path!r} is set but no reward-model reward ("
-            f"{' or '.join(repr(name) for name in reward_model_rewards())}) is in reward_funcs {names}; add one "
+            f"{' or '.join(repr(name) for name in scoring_with_model)}) is in reward_funcs {names}; add one "
             "(or drop the path: --reward_model_name_or_path null on the command line, or remove it from the recipe)"
         )
 

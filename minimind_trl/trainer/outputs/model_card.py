@@ -129,8 +129,9 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         lines.append(f"- **PEFT:** {', '.join(f'{k}={v}' for k, v in card.peft.items())}")
     lines += ["", "### Reward functions", "", "| reward | weight |", "|---|---|"]
     weights = card.reward_weights or [1.0] * len(card.reward_funcs)
+    scoring_with_model = reward_model_rewards()
     for name, weight in zip(card.reward_funcs, weights):
-        shown = f"{name} (`{card.reward_model}`)" if name in reward_model_rewards() and card.reward_model else name
+        shown = f"{name} (`{card.reward_model}`)" if name in scoring_with_model and card.reward_model else name
         lines.append(f"| {shown} | {format_value(float(weight))} |")
 
     if card.functions:
