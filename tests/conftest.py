@@ -1,6 +1,7 @@
 """Shared test helpers: the upstream fixtures in ../shared and small MiniMind builders."""
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,13 @@ def require_shared(path: Path) -> Path:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now: a launcher's rendezvous port or a server the test starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def pytest_configure(config):

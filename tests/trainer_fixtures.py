@@ -2,7 +2,6 @@
 generate-and-score code, and the free port and accelerate configs of the launched runs. Here, at the tests' root, so
 any test folder imports it (the test modules are imported by name, not as a package)."""
 
-import socket
 
 import torch
 from grpo_fixtures import REPO_ROOT
@@ -85,7 +84,3 @@ def assert_relative(actual, expected, tolerance, what):
 ACCELERATE_CONFIGS = REPO_ROOT / "recipes" / "accelerate"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import free_port
 from grpo_fixtures import (
     PROBE_DIR_ENV,
     REPO_ROOT,
@@ -138,7 +139,7 @@ def test_zero3_two_processes_keep_their_agent_turns_in_step(parts, tmp_path):
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
         str(REPO_ROOT / "recipes" / "accelerate" / "zero3.yaml"), "--num_processes", "2", "--mixed_precision", "no",
-        "--main_process_port", str(_free_port()), "-m", "minimind_trl.grpo",
+        "--main_process_port", str(free_port()), "-m", "minimind_trl.grpo",
         *argv(parts, tmp_path / "out", "--per_device_train_batch_size", "4", "--save_strategy", "no",
               "--callbacks", "grpo_fixtures:ScriptedToolCalls", "grpo_fixtures:RankProbe")[1:],
     ]  # fmt: skip
@@ -152,12 +153,3 @@ def test_zero3_two_processes_keep_their_agent_turns_in_step(parts, tmp_path):
     assert [len(line["contexts"]) for line in calls[0]] == [len(line["contexts"]) for line in calls[1]]
     assert len(calls[0]) > 2  # later turns ran: rank 0's scripted first turns called a tool ...
     assert not any(any(line["scripted"]) for line in calls[1])  # ... and rank 1 generated along with nothing to do
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-

@@ -4,23 +4,17 @@ every step trained, the saved weights moved. On CUDA in bf16 (the configs' mixed
 fp32 (DeepSpeed's CPU path, as tests/trainer/test_distributed.py)."""
 
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
+from conftest import free_port
 from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.gpu
 
 STEPS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def records(probe, kind: str) -> list[dict]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import free_port
 from grpo_fixtures import (
     PROBE_DIR_ENV,
     REPO_ROOT,
@@ -30,7 +31,7 @@ from grpo_fixtures import (
     write_toy_seams,
 )
 from safetensors.torch import load_file
-from trainer_fixtures import ACCELERATE_CONFIGS, free_port
+from trainer_fixtures import ACCELERATE_CONFIGS
 
 pytestmark = pytest.mark.slow
 

@@ -4,12 +4,12 @@ killed (SIGKILL inside its step 4) stops the other within seconds; both then res
 uninterrupted run's weights."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from conftest import free_port
 from grpo_fixtures import (
     KILL_AT_STEP_ENV,
     PROBE_DIR_ENV,
@@ -24,12 +24,6 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow
 
 STOP_WITHIN_S = 20  # the surviving machine's exit after the killed one's (gloo sees the closed connection at once)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_machines(recipe, probe, *args, kill_machine=None, kill_at=None) -> list[subprocess.Popen]:

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 from serving_docs import python_blocks, replaced, serving_commands
 from vllm_support import _vllm_installed  # noqa: F401  (the fixture skips or fails without vLLM)
 
@@ -35,12 +36,6 @@ GRPO_STEPS = 40  # seed 42: held-out valid calls 24 % -> 100 %, correct 18 % -> 
 QUESTION = "计算 37+48"
 READY_TIMEOUT_S = 600
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_is_free(port: int) -> bool:

@@ -16,13 +16,13 @@ what it measured; the tests in this folder assert on it. vLLM spawns its engine 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+from conftest import free_port
 
 VARIANTS = {  # head_dim 32: the smallest vLLM's CPU attention supports
     "minimind2-dense": dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256),
@@ -355,12 +355,6 @@ def scenario_resume(workdir: Path, variant: str) -> dict:
 
 
 # --------------------------------------------------------------------------- server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def server_command(folder: Path, port: int) -> list[str]:

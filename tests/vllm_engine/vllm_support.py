@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainer_fixtures import free_port
+from conftest import free_port
 
 HERE = Path(__file__).resolve().parent
 REQUIRE_VLLM_ENV = "MINIMIND_REQUIRE_VLLM"

@@ -257,7 +257,8 @@ def test_two_processes_refill_a_group_that_spans_them(tmp_path):
     import sys
 
     from grpo_fixtures import build_tiny_policy, subprocess_env
-    from trainer_fixtures import ACCELERATE_CONFIGS, free_port
+    from conftest import free_port
+    from trainer_fixtures import ACCELERATE_CONFIGS
 
     policy = build_tiny_policy(tmp_path / "policy")
     script = tmp_path / "run.py"
