@@ -14,8 +14,8 @@
 #   run(command="bash benchmarks/gpu_check.sh", carry=[".gpu-wheels"], timeout_s=600)
 #
 # and a fix re-checked with only the parts that failed, e.g. `bash benchmarks/gpu_check.sh zero bench`.
-# --cpu: the same parts on CPU (the tests' bodies with MINIMIND_TEST_DEVICE=cpu, the benchmark at tiny sizes), the
-# CUDA-only ones skipped and named so in the report; tests/test_gpu_check.py runs its cheap parts in CI.
+# --cpu: the same parts on CPU (the tests' bodies with MINIMIND_TEST_DEVICE=cpu, the benchmark at tiny sizes, its
+# compiled variants compiled for the CPU, without CUDA graphs); tests/test_gpu_check.py runs its cheap parts in CI.
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"

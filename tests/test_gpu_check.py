@@ -1,6 +1,6 @@
 """The GPU check (`benchmarks/gpu_check.sh`) in its CPU form, so it cannot rot between the rare GPU loans: the script
 runs the parts asked for, writes the JSON report and the log under $OUT, runs the `gpu` tests' bodies on CPU, measures
-the side-by-side benchmark at tiny sizes, and says which CUDA-only parts it skipped, and why. No timing is asserted."""
+the side-by-side benchmark at tiny sizes, its compiled variants included. No timing is asserted."""
 
 import json
 import os
@@ -38,7 +38,7 @@ def test_the_cpu_form_runs_the_parts_asked_and_reports_them(cpu_check):
     assert "pytest" in log and "test_gpu_precision.py" in log and "gpu_step.py" in log
 
 
-def test_the_benchmark_reports_both_sides_and_skips_the_cuda_only_variants_saying_so(cpu_check):
+def test_the_benchmark_reports_both_sides(cpu_check):
     _, report, _ = cpu_check
     bench = report["parts"]["bench"]
     assert bench["status"] == "passed"
@@ -51,8 +51,21 @@ def test_the_benchmark_reports_both_sides_and_skips_the_cuda_only_variants_sayin
         assert side["completion_tokens_per_step"] == 2 * 2 * 4 and side["peak_memory_mb"] is None  # no GPU memory
         assert (name == "seed") == ("speedup_vs_seed" not in side)
     assert summary["sides"]["ours:share_prompts"]["levers"]["shared_prompts"] is True
-    skipped = report["parts"]["bench_compile"]
-    assert skipped["status"] == "skipped" and "CUDA only" in skipped["reason"]
+
+
+def test_the_compiled_variants_run_on_cpu_through_the_static_cache_and_a_compiled_forward(cpu_check):
+    """transformers compiles `generate`'s forward on accelerators only; the CPU form lifts that with CompileConfig's
+    testing switch, so the variants the GPU times run the same path (the trainer, stock `generate`, a static cache, the
+    compiled forward) in CI and cannot rot between loans."""
+    _, report, _ = cpu_check
+    compiled = report["parts"]["bench_compile"]
+    assert compiled["status"] == "passed", compiled
+    sides = compiled["benchmark"]["sides"]
+    assert set(sides) == {"ours:static_compile", "ours:reduce_overhead"}  # --no-seed: upstream's loop not rerun
+    for name, side in sides.items():
+        assert side["status"] == "ok", (name, side)
+        assert side["levers"]["cache_implementation"] == "static" and side["levers"]["compiled_forward"] is True
+        assert side["completion_tokens_per_step"] == 2 * 2 * 4 and side["gen_tokens_per_s"] > 0
 
 
 def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatch):
@@ -61,7 +74,7 @@ def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatc
     (tmp_path / "test_always_fails.py").write_text(
         "import pytest\npytestmark = pytest.mark.gpu\n\ndef test_fails():\n    assert 1 == 2\n"
     )
-    monkeypatch.setitem(gpu_check.PARTS, "precision", ([str(tmp_path / "test_always_fails.py")], 120, 120, False))
+    monkeypatch.setitem(gpu_check.PARTS, "precision", ([str(tmp_path / "test_always_fails.py")], 120, 120))
     out = tmp_path / "out"
     assert gpu_check.main(["--cpu", "--out", str(out), "precision"]) == 1
     report = json.loads((out / "gpu_check.json").read_text())
