@@ -6,7 +6,8 @@ output). Exit status 0 when no part failed.
 Parts (default: all, in this order; the benchmark second, so that a budget cut leaves it measured):
 
     env            versions (python, torch, CUDA, the GPU, transformers against .ci/constraints.txt's pin, trl,
-                   datasets, deepspeed, peft, accelerate, triton); fails on a transformers other than the pin
+                   datasets, deepspeed, peft, accelerate, triton); fails on a transformers other than the pin, and
+                   on any requirement of those six that the machine does not meet (the wheels go in with --no-deps)
     bench          benchmarks/gpu_step.py: upstream's loop vs minimind-trl (default, share_prompts) at upstream's
                    MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU
     precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo)
@@ -100,6 +101,27 @@ if torch.cuda.is_available():
     found["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
 import minimind_trl
 found["minimind_trl_path"] = minimind_trl.__file__
+# the carried wheels go in with --no-deps, past pip's resolver: their own requirements are checked here instead
+from importlib import metadata
+from packaging.requirements import Requirement
+unmet = []
+for dist_name in CHECKED:
+    try:
+        requires = metadata.requires(dist_name) or []
+    except metadata.PackageNotFoundError:
+        continue  # reported above as unavailable
+    for line in requires:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            version = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            unmet.append(f"{dist_name} needs {requirement}: not installed")
+            continue
+        if not requirement.specifier.contains(version, prereleases=True):
+            unmet.append(f"{dist_name} needs {requirement}: found {version}")
+found["unmet_requirements"] = unmet
 print(json.dumps(found))
 """
 
@@ -123,7 +145,7 @@ def run_logged(command: list[str], env: dict, timeout: float, log) -> tuple[int 
 
 
 def env_part(args, env, timeout, log) -> dict:
-    script = ENV_SCRIPT.replace("NAMES", repr(REPORTED))
+    script = ENV_SCRIPT.replace("NAMES", repr(REPORTED)).replace("CHECKED", repr(REQUIRED))
     code, output, seconds, stdout = run_logged([sys.executable, "-c", script], env, timeout, log)
     if code != 0:
         return {"status": "failed", "seconds": seconds, "error": output.strip().splitlines()[-1:] or ["?"]}
@@ -132,9 +154,13 @@ def env_part(args, env, timeout, log) -> dict:
     mismatched = {name: {"found": found.get(name), "pinned": pins[name]} for name in PINNED
                   if found.get(name) != pins[name]}  # fmt: skip
     missing = [name for name in REQUIRED if str(found.get(name, "")).startswith("unavailable")]
-    report = {"status": "failed" if mismatched or missing else "passed", "seconds": seconds, "versions": found}
-    if mismatched or missing:
-        report["error"] = f"not the pinned versions: {mismatched}; missing: {missing}"
+    unmet = found.pop("unmet_requirements")
+    failed = mismatched or missing or unmet
+    report = {"status": "failed" if failed else "passed", "seconds": seconds, "versions": found}
+    if unmet:
+        report["unmet_requirements"] = unmet
+    if failed:
+        report["error"] = f"not the pinned versions: {mismatched}; missing: {missing}; unmet requirements: {unmet}"
     if not args.cpu and not found.get("cuda_available"):
         report.update(status="failed", error="no CUDA device visible (run with --cpu for the CPU form)")
     return report

@@ -86,6 +86,27 @@ def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatc
     assert part["status"] == "skipped" and part["reason"].startswith("budget")
 
 
+def test_the_env_part_reports_requirements_the_machine_does_not_meet(tmp_path):
+    """On a lent GPU the carried wheels go in with `pip install --no-deps`, past pip's resolver: the env part checks
+    their requirements instead, so the first call names what to carry next. Here a distribution of `peft` first on the
+    path asks for a package nobody has and for a numpy no one will release."""
+    import gpu_check
+
+    info = tmp_path / "site" / "peft-99.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: peft\nVersion: 99.0\n"
+                                   "Requires-Dist: no-such-package-anywhere>=1\nRequires-Dist: numpy>=999\n"
+                                   'Requires-Dist: pytest-not-needed; extra == "dev"\n')  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(REPO)]))
+    with open(tmp_path / "log", "w") as log:
+        part = gpu_check.env_part(gpu_check.parse_args(["--cpu", "env"]), env, 120, log)
+    assert part["status"] == "failed"
+    unmet = part["unmet_requirements"]
+    assert "peft needs no-such-package-anywhere>=1: not installed" in unmet
+    assert any(line.startswith("peft needs numpy>=999: found ") for line in unmet)
+    assert len(unmet) == 2 and "unmet requirements" in part["error"]  # an extra's requirement is not the machine's
+
+
 def test_help_says_how_to_run_it_on_a_lent_gpu_in_one_call():
     result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--help"], cwd=REPO, capture_output=True, text=True,
                             env=dict(os.environ, PYTHON=sys.executable), timeout=120)  # fmt: skip
