@@ -54,8 +54,8 @@ GPU_GUESS = {"env": 15, "bench": 150, "precision": 40, "logprobs": 40, "lora": 3
              "zero": 80, "bench_compile": 200}  # fmt: skip
 PINNED = ("transformers",)  # must equal .ci/constraints.txt there (the others are reported)
 REQUIRED = ("transformers", "trl", "datasets", "deepspeed", "peft", "accelerate")  # the parts import them
-REPORTED = ("torch", "transformers", "trl", "datasets", "deepspeed", "peft", "accelerate", "triton", "pytest", "huggingface_hub",
-            "tokenizers", "safetensors", "pyarrow", "fsspec", "regex", "typing_extensions", "pydantic")
+REPORTED = ("torch", "numpy", "transformers", "trl", "datasets", "deepspeed", "peft", "accelerate", "triton", "pytest",
+            "huggingface_hub", "tokenizers", "safetensors", "pyarrow", "fsspec", "regex", "typing_extensions", "pydantic")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: one command that verifies minimind-trl where its users train, on a lent GPU, in one device call.
 #
-#   bash benchmarks/gpu_check.sh [--cpu] [--budget-s S] [PART ...]
+#   bash benchmarks/gpu_check.sh [--cpu [--carried]] [--budget-s S] [PART ...]
 #
 # Parts (default all, in this order): env bench precision logprobs zero lora resume agent bench_compile
 # (benchmarks/gpu_check.py --help says what each runs). Writes $OUT/gpu_check.json (the report, rewritten after each
@@ -16,6 +16,7 @@
 # and a fix re-checked with only the parts that failed, e.g. `bash benchmarks/gpu_check.sh zero bench`.
 # --cpu: the same parts on CPU (the tests' bodies with MINIMIND_TEST_DEVICE=cpu, the benchmark at tiny sizes, its
 # compiled variants compiled for the CPU, without CUDA graphs); tests/test_gpu_check.py runs its cheap parts in CI.
+# --carried: with --cpu, install and use .gpu-wheels/ as on a lent GPU (the rehearsal, benchmarks/gpu_rehearsal.sh).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
@@ -27,20 +28,30 @@ case " $* " in
 esac
 export OUT="${OUT:-$repo/gpu_check_out}"
 mkdir -p "$OUT"
+cpu=0 carried=0 args=()
+for arg in "$@"; do
+    case "$arg" in
+        --carried) carried=1 ;;  # the carried wheels also with --cpu (benchmarks/gpu_rehearsal.sh)
+        --cpu) cpu=1; args+=("$arg") ;;
+        *) args+=("$arg") ;;
+    esac
+done
+[ "$cpu" = 0 ] && carried=1
+wheels="${GPU_WHEELS_DIR:-.gpu-wheels}"  # as gpu_wheels.sh writes it
 site_path=""
-if [[ " $* " != *" --cpu "* ]] && compgen -G ".gpu-wheels/*.whl" > /dev/null; then
+if [ "$carried" = 1 ] && compgen -G "$wheels/*.whl" > /dev/null; then
     site="${GPU_CHECK_SITE:-/tmp/gpu-check-site}"
-    echo "installing $(ls .gpu-wheels/*.whl | wc -l) carried wheels into $site (--no-deps, no index)"
+    echo "installing $(ls "$wheels"/*.whl | wc -l) carried wheels into $site (--no-deps, no index)"
     if ! "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
-            .gpu-wheels/*.whl > "$OUT/pip_install.txt" 2>&1; then
+            "$wheels"/*.whl > "$OUT/pip_install.txt" 2>&1; then
         cat "$OUT/pip_install.txt" >&2
         echo "gpu_check: installing the carried wheels failed" >&2
         exit 3
     fi
     site_path="$site:"
-elif [[ " $* " != *" --cpu "* ]]; then
-    echo "no .gpu-wheels/ here: using the packages installed (bash benchmarks/gpu_wheels.sh makes the folder)"
+elif [ "$carried" = 1 ]; then
+    echo "no $wheels/ here: using the packages installed (bash benchmarks/gpu_wheels.sh makes the folder)"
 fi
 export PYTHONPATH="${site_path}$repo${PYTHONPATH:+:$PYTHONPATH}"
 "$python" -c "import transformers, sys; print('transformers', transformers.__version__, 'from', transformers.__file__)"
-exec "$python" benchmarks/gpu_check.py "$@"
+exec "$python" benchmarks/gpu_check.py ${args[@]+"${args[@]}"}

@@ -107,6 +107,43 @@ def test_the_env_part_reports_requirements_the_machine_does_not_meet(tmp_path):
     assert len(unmet) == 2 and "unmet requirements" in part["error"]  # an extra's requirement is not the machine's
 
 
+def probe_wheel(folder: Path) -> Path:
+    """A minimal wheel of one module, `gpu_check_probe`, as pip installs it."""
+    import zipfile
+
+    wheel = folder / "gpu_check_probe-1.0-py3-none-any.whl"
+    files = {"gpu_check_probe/__init__.py": "CARRIED = True\n",
+             "gpu_check_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: gpu-check-probe\nVersion: 1.0\n",
+             "gpu_check_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                    "Tag: py3-none-any\n"}  # fmt: skip
+    record = "".join(f"{name},,\n" for name in files) + "gpu_check_probe-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in {**files, "gpu_check_probe-1.0.dist-info/RECORD": record}.items():
+            archive.writestr(name, text)
+    return wheel
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "cpu-only"])
+def test_carried_installs_the_wheels_with_the_cpu_form_as_on_a_gpu(tmp_path, carried):
+    """`--cpu --carried` (the rehearsal, benchmarks/gpu_rehearsal.sh) installs the carried wheels as the GPU form does;
+    `--cpu` alone uses the environment as it is."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    probe_wheel(wheels)
+    site = tmp_path / "site"
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable, GPU_WHEELS_DIR=str(wheels),
+               GPU_CHECK_SITE=str(site))  # fmt: skip
+    env.pop("MINIMIND_TEST_DEVICE", None)
+    flags = ["--cpu", "--carried"] if carried else ["--cpu"]
+    result = subprocess.run(["bash", "benchmarks/gpu_check.sh", *flags, "env"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert ("installing 1 carried wheels into" in result.stdout) is carried
+    assert (site / "gpu_check_probe" / "__init__.py").is_file() is carried
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert list(report["parts"]) == ["env"] and report["parts"]["env"]["status"] == "passed"  # --carried not a part
+
+
 def test_help_says_how_to_run_it_on_a_lent_gpu_in_one_call():
     result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--help"], cwd=REPO, capture_output=True, text=True,
                             env=dict(os.environ, PYTHON=sys.executable), timeout=120)  # fmt: skip
