@@ -7,12 +7,12 @@ generations, 768-token prompts, 1024 new tokens, bf16).
 (b) `ours`, one run per variant of `--variants`:
     - `default`: `MiniMindGRPOTrainer` as a user gets it on CUDA (bf16, the lean sampler, TRL's Triton log-prob head);
     - `share_prompts`: the same with `share_prompts: true` (unset shares on CPU only; benchmarks/README.md, issue 32);
-    - `static_compile`: stock `generate` with transformers' static cache and its compiled forward
-      (`cache_implementation: static`, the generation config's `disable_compile` lifted, `CompileConfig(mode="default")`);
-    - `reduce_overhead`: the same compiled with `mode="reduce-overhead"` (CUDA graphs through torch.compile).
-    transformers compiles `generate`'s forward on accelerators only; on CPU (`--cpu`) the last two lift that with
-    `CompileConfig`'s own switch for testing (`_compile_all_devices`), so the static cache and the compiled forward run
-    in the trainer there too, without CUDA graphs (inductor's CPU code has none): the path is checked, not its speed.
+    - `static_compile`: `compile_generation: default`, stock `generate` with transformers' static cache and its
+      compiled forward (`minimind_trl.trainer.speed.compiled_generation`);
+    - `reduce_overhead`: `compile_generation: reduce-overhead`, the same with CUDA graphs through torch.compile.
+    transformers compiles `generate`'s forward on accelerators only; on CPU (`--cpu`) the setting compiles there too
+    (`CompileConfig`'s own switch), so the static cache and the compiled forward run in the trainer there too, without
+    CUDA graphs (inductor's CPU code has none): the path is checked, not its speed.
 
 Each side runs in its own subprocess (its own peak GPU memory), `--warmup` untimed steps then `--steps` timed ones
 (median; the device synchronised at each step's edges). Reported per side: s/step and its phases, generation tokens/s,
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # dense bf16 tensor-core peaks by the vendor's datasheets (SXM parts), for MFU beside the measured GEMM peak
 DATASHEET_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0, "RTX 3090": 71.0}
 VARIANTS = ("default", "share_prompts", "static_compile", "reduce_overhead")
-COMPILED = ("static_compile", "reduce_overhead")
+COMPILED = {"static_compile": "default", "reduce_overhead": "reduce-overhead"}  # variant: compile_generation
 # --cpu: the sizes of tests/test_benchmarks.py, one step
 TINY = dict(hidden_size=32, layers=1, heads=4, kv_heads=2, prompts=2, generations=2, prompt_tokens=80, new_tokens=4,
             steps=1, warmup=0)  # fmt: skip
@@ -175,7 +175,7 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
         generation_batch_size=rows, num_generations=args.generations, max_prompt_length=prompt_cut(args),
         max_completion_length=args.new_tokens, generation_kwargs={"min_new_tokens": args.new_tokens},
         share_prompts=True if variant == "share_prompts" else None,
-        cache_implementation="static" if compiled else None, max_steps=total_steps, shuffle_dataset=False,
+        compile_generation=COMPILED.get(variant), max_steps=total_steps, shuffle_dataset=False,
         save_strategy="no", report_to=[], disable_tqdm=True, logging_steps=1, dataloader_num_workers=0,
     )  # fmt: skip
     scorer = InternLM2Scorer(reward_model, reward_tokenizer, batch_size=32)
@@ -196,16 +196,9 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
         args=config, train_dataset=Dataset.from_dict({"prompt": conversations * total_steps}),
         processing_class=tokenizer, callbacks=[Synchronize(), recorder.callback()],
     )  # fmt: skip
-    if compiled:  # TRL builds its generation config with disable_compile=True; this variant lifts it
-        from transformers import CompileConfig
-
-        compile_config = CompileConfig(mode="reduce-overhead" if variant == "reduce_overhead" else "default")
-        compile_config._compile_all_devices = args.device == "cpu" or None  # transformers' switch for testing on CPU
-        trainer.generation_config.disable_compile = False
-        trainer.generation_config.compile_config = compile_config
     levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)),
               "shared_prompts": trainer._shares_prompts, "lean_sampler": trainer._sampler is not None,
-              "cache_implementation": config.cache_implementation}  # fmt: skip
+              "cache_implementation": trainer.generation_config.cache_implementation}  # fmt: skip
     with recorder.trl_spans():
         trainer.train()
     if compiled:  # the compiled forward really ran (transformers keeps it on the model once built)

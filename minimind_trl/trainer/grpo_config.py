@@ -2,7 +2,6 @@
 MiniMind's GRPO needs. Each field documents the upstream flag it stands for.
 """
 
-import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -13,6 +12,8 @@ from ..errors import RecipeError, RewardSpecError
 from ..generations import TRAINING, UPSTREAMS, RunPrecision, get_generation, render_generations_table
 from .algorithm.advantages import TRL_ADVANTAGES
 from .checks.config_ranges import check_ranges, warn_loss_options
+from .checks.extras import require_deepspeed_extra
+from .speed.compiled_generation import check_compile_generation
 from .speed.cpu_precision import choose_bf16, runs_on_cpu
 from .algorithm.loss_aggregation import effective_loss_aggregation
 from .algorithm.policy_losses import check_loss_kwargs, loss_option_problems
@@ -102,6 +103,10 @@ class MiniMindGRPOConfig(GRPOConfig):
             every prompt G times. Unset: on CPU, off on GPUs (where at MiniMind's sizes kernel launches, not FLOPs,
             set the time: measured slower in bf16); `true` everywhere it applies; never with DeepSpeed ZeRO-3 or
             FSDP (said once in the log).
+        compile_generation (`str` or `None`, *optional*, unset by default):
+            Rollouts through transformers' static KV cache and a forward compiled in this torch.compile mode
+            (`"reduce-overhead"`: CUDA graphs), which TRL's trainer never enables (`speed.compiled_generation`).
+            Unset: the lean sampler, or stock `generate`. Not with vLLM or continuous batching.
         moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
             model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
@@ -245,6 +250,13 @@ class MiniMindGRPOConfig(GRPOConfig):
             "CPU only (on GPUs at MiniMind's sizes it was measured slower in bf16)."
         },
     )
+    compile_generation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Rollouts through transformers' static cache and a forward compiled in this torch.compile mode "
+            "(default, reduce-overhead: CUDA graphs, ...). Unset: not compiled."
+        },
+    )
     moe_aux_loss_weight: float = field(
         default=1.0,
         metadata={
@@ -334,12 +346,13 @@ class MiniMindGRPOConfig(GRPOConfig):
 
     def __post_init__(self):
         check_ranges(self)  # every numeric field against its declared range (config_ranges.RANGES), first
-        _require_deepspeed_extra(self)
+        require_deepspeed_extra(self)
         if self.lr_scheduler_type == "cosine_with_min_lr" and self.lr_scheduler_kwargs is None:
             self.lr_scheduler_kwargs = {"min_lr_rate": 0.1}
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = 1
         self._check_sampling_and_weights()
+        check_compile_generation(self)
         self._choose_precision()
         super().__post_init__()
 
@@ -420,17 +433,6 @@ class MiniMindGRPOConfig(GRPOConfig):
             self.use_cpu = True  # no accelerator here; transformers refuses bf16 on CPU without use_cpu
         dtype = "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
         self.run_precision = RunPrecision(dtype, on_cpu, chosen_for_cpu=auto and on_cpu)
-
-
-def _require_deepspeed_extra(args: MiniMindGRPOConfig) -> None:
-    """ZeRO (`accelerate launch` with a DeepSpeed config, or `deepspeed:`) without DeepSpeed installed: one line naming
-    the extra, instead of transformers' version-check traceback while the arguments are parsed."""
-    requested = args.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
-    if requested and importlib.util.find_spec("deepspeed") is None:
-        raise ValueError(
-            "DeepSpeed ZeRO was requested (an accelerate DeepSpeed config or `deepspeed:`) but DeepSpeed is not "
-            "installed: pip install 'minimind-trl[deepspeed]'"
-        )
 
 
 MiniMindGRPOConfig.__doc__ += f"""

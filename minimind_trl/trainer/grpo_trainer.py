@@ -35,6 +35,7 @@ from .outputs.output_dir import reward_model_sources, run_inputs
 from .algorithm.dynamic_sampling import refill
 from .checks.trainer_settings import trainer_settings
 from .speed import cpu_precision
+from .speed.compiled_generation import compile_generation
 from .speed.fast_sampling import FastSampler
 from .grpo_config import MiniMindGRPOConfig
 from .algorithm.loss_aggregation import LossScale, aggregate, effective_loss_aggregation
@@ -64,6 +65,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
     _refill_step = None  # dynamic sampling: the optimizer step and generation count its refill prompts key on
     _refill_count = 0
     _shares_prompts = False  # the log-prob passes compute each prompt once per group (`prompt_sharing`)
+    _compiles_generation = False  # rollouts through the static cache and a compiled forward (`compile_generation`)
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         self._rewards_per_func = None
         self._past_eos_attended = False
         self._shares_prompts = shares_prompts(self)
+        self._compiles_generation = compile_generation(self)
         self._sampler = self._fast_sampler()
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
@@ -139,6 +142,8 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         TRL's constructor, which knows whether DeepSpeed or FSDP partitions them."""
         args = self.args
         if not args.fast_sampling or self.use_vllm or args.use_transformers_continuous_batching:
+            return None
+        if self._compiles_generation:  # stock `generate` compiles; the lean loop would step aside at every call
             return None
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
             # ZeRO-3/FSDP gather parameters inside every forward; stock `generate` keeps the ranks in step

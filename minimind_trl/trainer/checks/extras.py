@@ -4,8 +4,10 @@ TRL imports vLLM when the trainer builds its rollout engine and transformers imp
 starts, both after the policy, the reference and the reward model have loaded, and both fail there with a library
 traceback. `check_extras` names the missing package first (`minimind-trl grpo`'s run plan, and
 `MiniMindGRPOTrainer` before it loads anything). DeepSpeed is checked while the config is built
-(`grpo_config._require_deepspeed_extra`), the logging integrations by the run plan.
+(`require_deepspeed_extra`), the logging integrations by the run plan.
 """
+
+import os
 
 from ...errors import RecipeError
 
@@ -39,4 +41,15 @@ def check_extras(args, options=tuple(EXTRAS)) -> None:
         raise RecipeError(message)
 
 
-__all__ = ["EXTRAS", "check_extras", "missing_extra"]
+def require_deepspeed_extra(args) -> None:
+    """ZeRO (`accelerate launch` with a DeepSpeed config, or `deepspeed:`) without DeepSpeed installed: one line naming
+    the extra, instead of transformers' version-check traceback while the arguments are parsed."""
+    requested = args.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
+    if requested and not _installed("deepspeed"):
+        raise ValueError(
+            "DeepSpeed ZeRO was requested (an accelerate DeepSpeed config or `deepspeed:`) but DeepSpeed is not "
+            "installed: pip install 'minimind-trl[deepspeed]'"
+        )
+
+
+__all__ = ["EXTRAS", "check_extras", "missing_extra", "require_deepspeed_extra"]

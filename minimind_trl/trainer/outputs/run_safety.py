@@ -46,8 +46,8 @@ except ImportError:  # Windows: no advisory locks; runs are not protected from e
 logger = logging.getLogger(__name__)
 
 # Settings a resume may change: where things go and how they are reported, how long to train, the batch geometry
-# (checked on its own, with its own message, by `check_resume_geometry`), and `share_prompts` (the same arithmetic up
-# to summation order).
+# (checked on its own, with its own message, by `check_resume_geometry`), `share_prompts` (the same arithmetic up
+# to summation order) and `compile_generation` (the same sampling, through compiled kernels).
 RESUMABLE_SETTINGS = re.compile(
     r"^(output_dir|logging_.*|log_.*|save_.*|hub_.*|push_to_hub.*|report_to|run_name|project|trackio_.*|wandb_.*|"
     r"resume_from_checkpoint|overwrite_output_dir|accept_inexact_resume|max_steps|num_train_epochs|dataloader_.*|"
@@ -55,7 +55,7 @@ RESUMABLE_SETTINGS = re.compile(
     r"per_device_train_batch_size|gradient_accumulation_steps|steps_per_generation|generation_batch_size|"
     r"gradient_checkpointing.*|activation_checkpointing.*|disable_tqdm|num_completions_to_print|local_rank|"
     r"use_cpu|torch_empty_cache_steps|include_.*|skip_memory_metrics|ignore_data_skip|model_init_kwargs|upstream|"
-    r"share_prompts)$"
+    r"share_prompts|compile_generation)$"
 )
 
 UNSAFE = "unsafe: "  # how `_unreadable` marks a file a safe load refuses (a pickle that would run code)
