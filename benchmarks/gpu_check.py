@@ -7,7 +7,8 @@ Parts (default: all, in this order; the benchmark second, so that a budget cut l
 
     env            versions (python, torch, CUDA, the GPU, transformers against .ci/constraints.txt's pin, trl,
                    datasets, deepspeed, peft, accelerate, triton); fails on a transformers other than the pin, and
-                   on any requirement of those six that the machine does not meet (the wheels go in with --no-deps)
+                   on any requirement of those six, or of a carried wheel, that the machine does not meet (the
+                   wheels go in with --no-deps)
     bench          benchmarks/gpu_step.py: upstream's loop vs minimind-trl (default, share_prompts) at upstream's
                    MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU
     precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo)
@@ -55,7 +56,8 @@ GPU_GUESS = {"env": 15, "bench": 150, "precision": 40, "logprobs": 40, "lora": 3
 PINNED = ("transformers",)  # must equal .ci/constraints.txt there (the others are reported)
 REQUIRED = ("transformers", "trl", "datasets", "deepspeed", "peft", "accelerate")  # the parts import them
 REPORTED = ("torch", "numpy", "transformers", "trl", "datasets", "deepspeed", "peft", "accelerate", "triton", "pytest",
-            "huggingface_hub", "tokenizers", "safetensors", "pyarrow", "fsspec", "regex", "typing_extensions", "pydantic")
+            "huggingface_hub", "tokenizers", "safetensors", "pyarrow", "fsspec", "regex", "typing_extensions",
+            "pydantic")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,10 +104,16 @@ if torch.cuda.is_available():
 import minimind_trl
 found["minimind_trl_path"] = minimind_trl.__file__
 # the carried wheels go in with --no-deps, past pip's resolver: their own requirements are checked here instead
+import os
 from importlib import metadata
 from packaging.requirements import Requirement
-unmet = []
-for dist_name in CHECKED:
+from packaging.version import InvalidVersion
+unmet, checked = [], list(CHECKED)
+site = os.environ.get("GPU_CHECK_INSTALLED_SITE")  # every distribution the carried wheels put there, too
+if site:
+    checked += sorted({d.metadata["Name"] for d in metadata.distributions(path=[site])} - set(checked))
+found["requirements_checked"] = checked
+for dist_name in checked:
     try:
         requires = metadata.requires(dist_name) or []
     except metadata.PackageNotFoundError:
@@ -119,7 +127,11 @@ for dist_name in CHECKED:
         except metadata.PackageNotFoundError:
             unmet.append(f"{dist_name} needs {requirement}: not installed")
             continue
-        if not requirement.specifier.contains(version, prereleases=True):
+        try:
+            met = requirement.specifier.contains(version, prereleases=True)
+        except InvalidVersion:
+            met = False
+        if not met:
             unmet.append(f"{dist_name} needs {requirement}: found {version}")
 found["unmet_requirements"] = unmet
 print(json.dumps(found))

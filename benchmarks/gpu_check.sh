@@ -42,6 +42,7 @@ site_path=""
 if [ "$carried" = 1 ] && compgen -G "$wheels/*.whl" > /dev/null; then
     site="${GPU_CHECK_SITE:-/tmp/gpu-check-site}"
     echo "installing $(ls "$wheels"/*.whl | wc -l) carried wheels into $site (--no-deps, no index)"
+    rm -rf "$site"  # a wheel of another version must not leave its old metadata beside the new
     if ! "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
             "$wheels"/*.whl > "$OUT/pip_install.txt" 2>&1; then
         cat "$OUT/pip_install.txt" >&2
@@ -49,6 +50,7 @@ if [ "$carried" = 1 ] && compgen -G "$wheels/*.whl" > /dev/null; then
         exit 3
     fi
     site_path="$site:"
+    export GPU_CHECK_INSTALLED_SITE="$site"  # the env part checks the requirements of what it holds
 elif [ "$carried" = 1 ]; then
     echo "no $wheels/ here: using the packages installed (bash benchmarks/gpu_wheels.sh makes the folder)"
 fi

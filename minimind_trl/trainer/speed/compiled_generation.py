@@ -5,12 +5,18 @@ time (benchmarks/README.md). transformers' answer is a static cache with a compi
 `mode="reduce-overhead"` the compiled step is replayed as a CUDA graph. TRL's `GRPOTrainer` cannot reach it: it builds
 its generation config with `disable_compile=True` and refuses that key in `generation_kwargs`. `compile_generation`
 sets a torch.compile mode on the trainer's generation config after TRL built it: a static cache, compilation allowed,
-that mode. transformers compiles on accelerators only; asked for on CPU, the setting compiles there too
-(`CompileConfig`'s own switch), in place of the lean sampler, whose decode kernel is the measured CPU path.
+that mode. transformers compiles on some accelerators only; the setting compiles on any device (`CompileConfig`'s own
+switch), on CPU in place of the lean sampler, whose decode kernel is the measured CPU path.
 
 The first rollout pays the compilation, and a later one a recompilation whenever its prompts need a larger cache than
-any before (the cache is sized for the longest call so far) or its batch size changes. Which mode, if any, is faster on a GPU is what `benchmarks/gpu_check.sh`'s `bench_compile` part
-measures; none is the default until a GPU measurement says so.
+any before (the cache is sized for the longest call so far) or its batch size changes (an agent's turns do). MoE
+policies compile in pieces: the experts' routing has data-dependent shapes (graph breaks). Refused where it would be
+silently undone or is unverified: activation checkpointing (TRL switches it off and on around every rollout, and each
+switch adds a hook that forces a recompilation, until torch gives up and runs eagerly), DeepSpeed ZeRO-3 and FSDP
+(weights gathered for each rollout), and the settings of the lean sampler or of the cache it replaces.
+
+Which mode, if any, is faster on a GPU is what `benchmarks/gpu_check.sh`'s `bench_compile` part measures; none is the
+default until a GPU measurement says so.
 """
 
 import logging
@@ -40,6 +46,16 @@ def check_compile_generation(args) -> None:
         raise RecipeError(
             f"compile_generation needs cache_implementation: static (or unset), got {args.cache_implementation!r}"
         )
+    clashing = sorted({"cache_implementation", "compile_config", "disable_compile"} & set(args.generation_kwargs or {}))
+    if clashing:
+        raise RecipeError(f"compile_generation sets {', '.join(clashing)} itself: remove it from generation_kwargs")
+    if args.activation_checkpointing or args.gradient_checkpointing:
+        raise RecipeError(
+            "compile_generation with activation_checkpointing: TRL switches checkpointing off and on around every "
+            "rollout, and each switch forces a recompilation until torch runs the forward eagerly; set one of them off"
+        )
+    if args.sampling_weights_dtype not in (None, "auto"):
+        raise RecipeError("sampling_weights_dtype is the lean sampler's, which compile_generation replaces")
 
 
 def compile_generation(trainer) -> bool:
@@ -50,12 +66,16 @@ def compile_generation(trainer) -> bool:
     mode = trainer.args.compile_generation
     if mode is None:
         return False
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if trainer.is_fsdp_enabled or (trainer.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3):
+        raise RecipeError("compile_generation with DeepSpeed ZeRO-3 or FSDP (weights gathered per rollout) is not "
+                          "verified; unset it, or train with ZeRO-2")  # fmt: skip
     config = trainer.generation_config
     config.cache_implementation = "static"
     config.disable_compile = False
     config.compile_config = CompileConfig(mode=mode)
+    config.compile_config._compile_all_devices = True  # transformers' own switch: compile on any device, as asked
     if trainer.accelerator.device.type == "cpu":
-        config.compile_config._compile_all_devices = True  # transformers' own switch to compile off accelerators
         logger.info("compile_generation: %s on CPU, in place of the lean sampler (its decode kernel is the CPU path "
                     "measured in benchmarks/README.md)", mode)  # fmt: skip
     return True
