@@ -106,7 +106,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         compile_generation (`str` or `None`, *optional*, unset by default):
             Rollouts through transformers' static KV cache and a forward compiled in this torch.compile mode
             (`"reduce-overhead"`: CUDA graphs), which TRL's trainer never enables (`speed.compiled_generation`).
-            Unset: the lean sampler, or stock `generate`. Not with vLLM or continuous batching.
+            Unset: the lean sampler, or stock `generate`. Not with vLLM, continuous batching, activation
+            checkpointing, ZeRO-3 or FSDP.
         moe_aux_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight of the model's own MoE load-balancing loss (MiniMind's `aux_loss`, already scaled by the
             model config's `router_aux_loss_coef`), taken from the same forward that computes the policy
