@@ -13,14 +13,14 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
+fail() { echo "gpu_rehearsal: $*" >&2; exit 2; }
 python312="${PYTHON312:-$(command -v python3.12 || true)}"
-[ -n "$python312" ] || { echo "gpu_rehearsal: no python3.12 (set PYTHON312): the lent machine runs Python 3.12" >&2; exit 2; }
-compgen -G ".gpu-wheels/*.whl" > /dev/null || { echo "gpu_rehearsal: no .gpu-wheels/: run bash benchmarks/gpu_wheels.sh" >&2; exit 2; }
+[ -n "$python312" ] || fail "no python3.12 (set PYTHON312): the lent machine runs Python 3.12"
+compgen -G "${GPU_WHEELS_DIR:-.gpu-wheels}/*.whl" > /dev/null || fail "no carried wheels: bash benchmarks/gpu_wheels.sh"
 home="$repo/.gpu-rehearsal"
 venv="$home/venv"
 [ -x "$venv/bin/python" ] || "$python312" -m venv "$venv"
-"$venv/bin/python" -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' \
-    || { echo "gpu_rehearsal: $venv is not Python 3.12" >&2; exit 2; }
+"$venv/bin/python" -c 'import sys; assert sys.version_info[:2] == (3, 12)' || fail "$venv is not Python 3.12"
 grep -v '^#' benchmarks/gpu_image.txt | grep -v '^$' > "$home/image-requirements.txt"
 "$venv/bin/python" -m pip install -q -r "$home/image-requirements.txt"
 absent="$(sed -n 's/^# absent \([a-z]\)/\1/p' benchmarks/gpu_image.txt)"

@@ -1,5 +1,5 @@
-"""Every private member of TRL (and of transformers' `Trainer` under it) that minimind_trl relies on, in one table,
-checked against the installed versions.
+"""Every private member of TRL (and of transformers' `Trainer` under it, and its `CompileConfig`) that minimind_trl
+relies on, in one table, checked against the installed versions.
 
 TRL's `GRPOTrainer` has no public hook for what MiniMind's GRPO changes (rollouts in eval mode, the rewards'
 checks, the advantages, the loss, the prompt cut, exact resumes), so `MiniMindGRPOTrainer` and its
@@ -9,7 +9,8 @@ functions of TRL's module while `GRPOTrainer.__init__` runs. Each is a break wai
 * `PRIVATE_MEMBERS` names every one: the class (or module) that owns it, what kind it is, the parameters we call
   or override it with (`parameters`: the leading ones, in order, positionally; `keywords`: by name) and why;
 * code outside the trainer subclass reaches them only through the accessors below (`metrics`,
-  `logged_advantages`, `parsing_tokenizer`, `set_parsing_tokenizer`, `generate_single_turn`);
+  `logged_advantages`, `parsing_tokenizer`, `set_parsing_tokenizer`, `generate_single_turn`,
+  `compile_on_any_device`);
 * `check_trl_private()` verifies the table against the installed TRL and transformers: a member gone, no longer a
   method, or whose parameters changed is one `TRLPrivateMemberChanged` naming the member, its class, the
   installed version and what changed (`tests/trainer/test_trl_private.py` runs it, and fails when a private
@@ -99,6 +100,9 @@ PRIVATE_MEMBERS = (
                   ("processing_class",)),
     PrivateMember(VLLM_GENERATION_MODULE, "LLM", "module attribute", "a colocated vLLM engine's dtype and "
                   "log-probs mode"),
+    # -- transformers' generation: the switch its own tests use to compile `generate` off accelerators --
+    PrivateMember("transformers.CompileConfig", "_compile_all_devices", "class attribute", "compile_generation "
+                  "compiles on any device, CPU included"),
 )
 
 
@@ -183,11 +187,11 @@ def member_problem(member: PrivateMember) -> str | None:
     if member.kind == "module attribute":
         source = inspect.getsource(owner)
         return None if re.search(rf"\b{re.escape(member.name)}\b", source) else "the module no longer defines it"
+    if member.kind == "class attribute":  # its value may be None (CompileConfig's switch)
+        return None if hasattr(owner, member.name) else "it no longer exists"
     value = getattr(owner, member.name, None)
     if value is None:
         return "it no longer exists"
-    if member.kind == "class attribute":
-        return None
     if not callable(value):
         return f"it is no longer a {member.kind} (a {type(value).__name__})"
     return _signature_change(member, value)
@@ -208,11 +212,17 @@ def check_trl_private(members=PRIVATE_MEMBERS) -> None:
         )
 
 
+def compile_on_any_device(compile_config) -> None:
+    """Let `generate` compile with `compile_config` on any device (transformers compiles on some accelerators only)."""
+    compile_config._compile_all_devices = True
+
+
 __all__ = [
     "PRIVATE_MEMBERS",
     "PrivateMember",
     "TRLPrivateMemberChanged",
     "check_trl_private",
+    "compile_on_any_device",
     "generate_single_turn",
     "logged_advantages",
     "member_problem",

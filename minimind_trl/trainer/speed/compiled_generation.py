@@ -22,6 +22,7 @@ default until a GPU measurement says so.
 import logging
 
 from ...errors import RecipeError
+from ..trl_private import compile_on_any_device
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def compile_generation(trainer) -> bool:
     config.cache_implementation = "static"
     config.disable_compile = False
     config.compile_config = CompileConfig(mode=mode)
-    config.compile_config._compile_all_devices = True  # transformers' own switch: compile on any device, as asked
+    compile_on_any_device(config.compile_config)  # as asked: transformers compiles on some accelerators only
     if trainer.accelerator.device.type == "cpu":
         logger.info("compile_generation: %s on CPU, in place of the lean sampler (its decode kernel is the CPU path "
                     "measured in benchmarks/README.md)", mode)  # fmt: skip
