@@ -10,9 +10,9 @@ generations, 768-token prompts, 1024 new tokens, bf16).
     - `static_compile`: `compile_generation: default`, stock `generate` with transformers' static cache and its
       compiled forward (`minimind_trl.trainer.speed.compiled_generation`);
     - `reduce_overhead`: `compile_generation: reduce-overhead`, the same with CUDA graphs through torch.compile.
-    transformers compiles `generate`'s forward on accelerators only; on CPU (`--cpu`) the setting compiles there too
-    (`CompileConfig`'s own switch), so the static cache and the compiled forward run in the trainer there too, without
-    CUDA graphs (inductor's CPU code has none): the path is checked, not its speed.
+    transformers compiles `generate`'s forward on accelerators only; the setting compiles on CPU too (`CompileConfig`'s
+    own switch), so with `--cpu` the static cache and the compiled forward run in the trainer, without CUDA graphs
+    (inductor's CPU code has none): the path is checked there, not its speed.
 
 Each side runs in its own subprocess (its own peak GPU memory), `--warmup` untimed steps then `--steps` timed ones
 (median; the device synchronised at each step's edges). Reported per side: s/step and its phases, generation tokens/s,
