@@ -1,7 +1,6 @@
 """What the trainer's tests share: a tiny MiniMind policy and config, a fixed batch fed through the trainer's own
-generate-and-score code, and the free port and accelerate configs of the launched runs. Here, at the tests' root, so
-any test folder imports it (the test modules are imported by name, not as a package)."""
-
+generate-and-score code, and the accelerate configs of the launched runs (their free port: conftest.free_port). Here,
+at the tests' root, so any test folder imports it (the test modules are imported by name, not as a package)."""
 
 import torch
 from grpo_fixtures import REPO_ROOT
@@ -82,5 +81,3 @@ def assert_relative(actual, expected, tolerance, what):
 
 
 ACCELERATE_CONFIGS = REPO_ROOT / "recipes" / "accelerate"
-
-

@@ -335,8 +335,10 @@ def lockstep_generator(trainer, generate: TurnGenerator) -> TurnGenerator:
     """`generate`, with every process calling it the same number of times on the same number of rows where the
     generation step is collective (vLLM, ZeRO-3, FSDP): rollouts end after different numbers of turns, so a process
     with fewer active rollouts pads its batch with copies of a context (their outputs are dropped)."""
+    from ..trainer.checks.weight_partitioning import weight_partitioning  # not at the top: the trainer loads TRL
+
     collective = trainer.accelerator.num_processes > 1 and (
-        trainer.use_vllm or trainer.is_fsdp_enabled or _is_zero3(trainer)
+        trainer.use_vllm or weight_partitioning(trainer) is not None
     )
 
     def step(contexts):
@@ -353,11 +355,6 @@ def lockstep_generator(trainer, generate: TurnGenerator) -> TurnGenerator:
 
     step.collective, step.all_ended = collective, False
     return step
-
-
-def _is_zero3(trainer) -> bool:
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    return trainer.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3
 
 
 def log_rollout_metrics(trainer, transcripts: list[Transcript]) -> None:

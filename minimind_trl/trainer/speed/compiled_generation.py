@@ -22,6 +22,7 @@ default until a GPU measurement says so.
 import logging
 
 from ...errors import RecipeError
+from ..checks.weight_partitioning import weight_partitioning
 from ..trl_private import compile_on_any_device
 
 logger = logging.getLogger(__name__)
@@ -67,8 +68,7 @@ def compile_generation(trainer) -> bool:
     mode = trainer.args.compile_generation
     if mode is None:
         return False
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    if trainer.is_fsdp_enabled or (trainer.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3):
+    if weight_partitioning(trainer) is not None:
         raise RecipeError("compile_generation with DeepSpeed ZeRO-3 or FSDP (weights gathered per rollout) is not "
                           "verified; unset it, or train with ZeRO-2")  # fmt: skip
     config = trainer.generation_config

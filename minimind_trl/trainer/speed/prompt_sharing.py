@@ -19,6 +19,8 @@ layer's weights per call; not verified with sharing here).
 import functools
 import logging
 
+from ..checks.weight_partitioning import weight_partitioning
+
 logger = logging.getLogger(__name__)
 
 
@@ -29,11 +31,9 @@ def sharing_off_reason(trainer) -> str | None:
     config = trainer.accelerator.unwrap_model(trainer.model).config
     if getattr(config, "model_type", None) != "minimind":
         return f"the policy is {type(config).__name__}'s model, not MiniMind"
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    if trainer.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3:
-        return "DeepSpeed ZeRO-3 gathers every layer's weights per call; running each layer twice is not verified"
-    if trainer.is_fsdp_enabled:
-        return "FSDP gathers every layer's weights per call; running each layer twice is not verified"
+    partitioning = weight_partitioning(trainer)
+    if partitioning is not None:
+        return f"{partitioning} gathers every layer's weights per call; running each layer twice is not verified"
     if trainer.args.share_prompts is None and trainer.accelerator.device.type != "cpu":
         return (
             f"share_prompts unset on {trainer.accelerator.device.type}: two passes per layer double the kernel "
