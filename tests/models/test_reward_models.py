@@ -27,6 +27,7 @@ from minimind_trl.models.internlm2_reward import (
     load_internlm2_tokenizer,
 )
 from minimind_trl.models.internlm2_reward.loading import resolve_dtype
+from minimind_trl.models.internlm2_reward.modeling_internlm2 import last_real_positions
 from minimind_trl.models.internlm2_reward.tiny import (
     TINY_REWARD_TOKEN_ID,
     TINY_SPECIALS,
@@ -206,17 +207,29 @@ def test_half_precision_loading(tiny_folder, dtype):
     assert load_internlm2_reward_model(tiny_folder, dtype="bf16").dtype == torch.bfloat16
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_gpu_scores_match_cpu(tiny_folder, dtype):
+def test_scores_on_the_device_match_cpu(tiny_folder, device, dtype):
+    """Loaded onto the device (`gpu_check.sh`'s precision part; MINIMIND_TEST_DEVICE=cpu runs it on CPU) and called as
+    the published `get_score` calls it, without an attention mask: the scores of the fp32 model on the CPU."""
     cpu = load_internlm2_reward_model(tiny_folder)
-    gpu = load_internlm2_reward_model(tiny_folder, device="cuda", dtype=dtype)
-    assert gpu.model.rotary_emb.inv_freq.is_cuda
+    model = load_internlm2_reward_model(tiny_folder, device=device, dtype=dtype)
+    assert model.model.rotary_emb.inv_freq.device.type == device and model.dtype == dtype
     sequences = token_sequences(cpu.config.vocab_size)
-    gpu_scores = [float(gpu(torch.tensor([ids], device="cuda")).logits[0, 0]) for ids in sequences]
+    scores = [float(model(torch.tensor([ids], device=device)).logits[0, 0]) for ids in sequences]
     tolerance = 1e-4 if dtype == torch.float32 else 0.1
-    torch.testing.assert_close(gpu_scores, native_scores(cpu, sequences), rtol=tolerance, atol=tolerance)
-    assert load_internlm2_reward_model(tiny_folder, device="cuda").dtype == torch.float16  # the checkpoint's dtype
+    torch.testing.assert_close(scores, native_scores(cpu, sequences), rtol=tolerance, atol=tolerance)
+    checkpoint_dtype = torch.float16 if device == "cuda" else torch.float32  # the default: the checkpoint's on a GPU
+    assert load_internlm2_reward_model(tiny_folder, device=device).dtype == checkpoint_dtype
+
+
+def test_last_real_positions_live_on_the_scores_device():
+    """Without a mask (the published `get_score`) the index is built, not derived from a tensor: on the scores' device,
+    or `gather` on a GPU's scores fails."""
+    index = last_real_positions(None, (2, 5), torch.device("meta"))
+    assert index.device.type == "meta" and index.shape == (2,)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [0, 1, 1, 1, 1]])
+    assert last_real_positions(mask, (2, 5), mask.device).tolist() == [1, 4]
 
 
 def test_strict_loading_names_every_problem(tmp_path, tiny_folder):

@@ -312,7 +312,7 @@ class InternLM2ForRewardModel(InternLM2PreTrainedModel):
             **kwargs,
         ).last_hidden_state
         values = self.v_head(hidden_states).squeeze(-1)  # [B, T]
-        last = last_real_positions(attention_mask, values.shape)
+        last = last_real_positions(attention_mask, values.shape, values.device)
         scores = values.gather(1, last.unsqueeze(1))  # [B, 1]
         return SequenceClassifierOutputWithPast(logits=scores)
 
@@ -340,11 +340,12 @@ def padding_aware_position_ids(attention_mask: torch.Tensor | None, shape, devic
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def last_real_positions(attention_mask: torch.Tensor | None, shape) -> torch.LongTensor:
-    """Index of each row's last position whose attention mask is 1 (the last column without a mask)."""
+def last_real_positions(attention_mask: torch.Tensor | None, shape, device) -> torch.LongTensor:
+    """Index of each row's last position whose attention mask is 1 (the last column without a mask), on `device`
+    (the scores' device: without a mask nothing else says where the index must live)."""
     batch, length = shape
     if attention_mask is None:
-        return torch.full((batch,), length - 1, dtype=torch.long)
+        return torch.full((batch,), length - 1, dtype=torch.long, device=device)
     mask = attention_mask.bool()
     if not bool(mask.any(-1).all()):
         raise ValueError("every row needs at least one real token (attention_mask all zero in some row)")
