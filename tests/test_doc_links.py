@@ -19,7 +19,9 @@ PLAIN_REFERENCE = re.compile(r"(?<![\w/.-])((?:docs/[\w.-]+\.md|README\.md|bench
 PROSE_SECTION = re.compile(r"README:\s*\"[^\"]+\"|README \([A-Z][^)]*\)")
 
 
-SKIPPED_DIRS = re.compile(r"^(\.git|\.venv.*|__pycache__|\.pytest_cache|build|dist|outputs|runs|minimind-trl-demo|.*\.egg-info)$")
+# .gitignore's folders: environments, caches, run outputs, and the GPU check's wheels, rehearsal and report
+SKIPPED_DIRS = re.compile(r"^(\.git|\.venv.*|__pycache__|\.pytest_cache|build|dist|outputs|runs|minimind-trl-demo"
+                          r"|.*\.egg-info|\.gpu-wheels|\.gpu-rehearsal|gpu_check_out|\.whl|\.gl)$")
 
 
 def tracked_text_files() -> list[Path]:
