@@ -5,11 +5,12 @@ computed once per group (`share_prompts: true`) against every prompt per complet
 Tolerances: in fp32 both sides compute the same sums in another order (tiles, a chunked log-sum-exp, the prompt's keys
 and values computed apart): measured on CPU at most 2.4e-6 absolute on log-probs and entropies (size ~9) and 5e-7
 relative on gradients; the bounds are 1e-4 both. In bf16 on CPU the fused head rounds its GEMM outputs as the plain
-path does (measured 5e-7); on CUDA TRL's Triton kernel accumulates the logits in fp32 where the plain path rounds them
-to bf16, so they differ by up to a bf16 rounding of the logits (|logit| * 2^-8; ~0.01 at these logits' size): the
-head's bounds in bf16 are 0.03 on log-probs and 0.04 relative on gradients. Sharing prompts in bf16 rounds the
-prompt's and the completion's passes apart (measured 0.002 on log-probs, 0.003-0.005 relative on gradients): its bound
-is relative to what bf16 itself does to the same step (see the test).
+path does (measured 5e-7). On CUDA TRL's kernel (trl/kernels/chunked_logprob.py) also rounds its forward logit tiles
+to bf16 before folding them in fp32, but accumulates its backward products in fp32 where the plain path rounds each to
+bf16: the two differ by bf16 roundings taken in another order, about one rounding of a logit (|logit| * 2^-8; ~0.01 at
+these logits' size). Not yet run on CUDA, the head's bounds in bf16 are 0.03 on log-probs and 0.04 relative on
+gradients. Sharing prompts in bf16 rounds the prompt's and the completion's passes apart (measured 0.002 on log-probs,
+0.003-0.005 relative on gradients): its bound is relative to what bf16 itself does to the same step (see the test).
 """
 
 import pytest
