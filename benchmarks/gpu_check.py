@@ -1,7 +1,8 @@
 """The GPU check's driver (run it through `benchmarks/gpu_check.sh`, which installs the carried wheels first): runs the
-parts asked for, one subprocess each, in order, within a time budget, and writes `$OUT/gpu_check.json` (rewritten
-after every part, so a run stopped at its limit still leaves its report) and `$OUT/gpu_check.log` (every part's
-output). Exit status 0 when no part failed.
+parts asked for, one subprocess each, in order (the test parts side by side, `--jobs`), within a time budget, and
+writes `$OUT/gpu_check.json` (rewritten after every part, so a run stopped at its limit still leaves its report) and
+`$OUT/gpu_check.log` (every part's output). A part past its limit is stopped with every process it started. Exit
+status 0 when no part failed.
 
 Parts (default: all, in this order; the benchmark second, so that a budget cut leaves it measured):
 
@@ -11,7 +12,8 @@ Parts (default: all, in this order; the benchmark second, so that a budget cut l
                    wheels go in with --no-deps)
     bench          benchmarks/gpu_step.py: upstream's loop vs minimind-trl (default, share_prompts) at upstream's
                    MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU
-    precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo)
+    precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo);
+                   the InternLM2 reward model on the device in fp32/fp16/bf16 vs fp32 on the CPU
     logprobs       tests/gpu/test_gpu_logprobs.py: fused log-prob head vs plain logits; share_prompts on vs off
     zero           tests/gpu/test_gpu_zero.py: accelerate launch with ZeRO-2 and ZeRO-3 on one GPU, 3 steps each
     lora           tests/gpu/test_gpu_training.py -k lora: only adapters train, reference = adapters disabled
@@ -28,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +44,7 @@ TESTS = "tests/gpu"
 PARTS = {
     "env": ("versions", 60, 60),
     "bench": (["--variants", "default,share_prompts"], 330, 120),
-    "precision": ([f"{TESTS}/test_gpu_precision.py"], 150, 120),
+    "precision": ([f"{TESTS}/test_gpu_precision.py", "tests/models/test_reward_models.py"], 150, 120),
     "logprobs": ([f"{TESTS}/test_gpu_logprobs.py"], 120, 120),
     "zero": ([f"{TESTS}/test_gpu_zero.py"], 240, 180),
     "lora": ([f"{TESTS}/test_gpu_training.py", "-k", "lora"], 90, 90),
@@ -67,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="skip (and report) parts that would end past this many seconds (default 390 on a GPU, "
                         "no limit with --cpu)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="test parts run side by side, up to this many at once (default: all of them on a GPU, "
+                        "1 with --cpu); env and the benchmarks always run alone")  # fmt: skip
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "gpu_check_out"),
                         help="folder of gpu_check.json and gpu_check.log (default $OUT)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -76,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.parts = args.parts or list(PARTS)
     if args.budget_s is None:
         args.budget_s = float("inf") if args.cpu else 390.0
+    if args.jobs is None:
+        args.jobs = 1 if args.cpu else len(PARTS)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, not {args.jobs}")
     return args
 
 
@@ -138,22 +148,57 @@ print(json.dumps(found))
 """
 
 
+class Job:
+    """One part's subprocess, started at once and finished later (test parts run side by side): in a process group of
+    its own, so that at its limit, or when it ends, the whole group goes (a launcher's workers too: nothing a part
+    started outlives it on the GPU); its output in files, into the log as one block when it ends. The part's end
+    is exported as `GPU_CHECK_DEADLINE` (epoch seconds): a test's own subprocess times out before it, and reports."""
+
+    def __init__(self, command: list[str], env: dict, timeout: float):
+        self.command, self.start = command, time.perf_counter()
+        self.deadline = self.start + timeout
+        self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        env = dict(env, GPU_CHECK_DEADLINE=f"{time.time() + timeout:.1f}")
+        self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=self.stdout, stderr=self.stderr, text=True,
+                                        start_new_session=True)  # fmt: skip
+
+    def finish(self, log) -> tuple[int | None, str, float, str]:
+        """(exit status or None at the limit, its output (stdout, then stderr), seconds, its stdout alone)."""
+        try:
+            code = self.process.wait(timeout=max(self.deadline - time.perf_counter(), 0))
+        except subprocess.TimeoutExpired:
+            code = None
+        self.end_group()
+        seconds = time.perf_counter() - self.start
+        stdout, stderr = (self.read(stream) for stream in (self.stdout, self.stderr))
+        log.write(f"\n=== {' '.join(self.command)}\n{stdout}{stderr}\n")
+        log.write(f"=== {'exit ' + str(code) if code is not None else 'stopped at its limit'} after {seconds:.1f} s\n")
+        log.flush()
+        return code, stdout + stderr, seconds, stdout
+
+    def end_group(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:  # the group is gone: every process of the part has ended
+                break
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                continue
+            time.sleep(0.5)  # the group's other members get their signal's time too
+        self.process.wait()
+
+    @staticmethod
+    def read(stream) -> str:
+        stream.seek(0)
+        text = stream.read()
+        stream.close()
+        return text
+
+
 def run_logged(command: list[str], env: dict, timeout: float, log) -> tuple[int | None, str, float, str]:
-    """Run `command`, its output appended to the log; (exit status or None on timeout, its output (stdout, then
-    stderr), seconds, its stdout alone)."""
-    start = time.perf_counter()
-    log.write(f"\n=== {' '.join(command)}\n")
-    log.flush()
-    try:
-        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-        code, output, stdout = result.returncode, result.stdout + result.stderr, result.stdout
-    except subprocess.TimeoutExpired as expired:
-        code, stdout = None, ""
-        output = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (expired.stdout, expired.stderr))
-    log.write(output)
-    log.write(f"\n=== exit {code} after {time.perf_counter() - start:.1f} s\n")
-    log.flush()
-    return code, output, time.perf_counter() - start, stdout
+    return Job(command, env, timeout).finish(log)
 
 
 def env_part(args, env, timeout, log) -> dict:
@@ -191,28 +236,36 @@ def junit_outcomes(path: Path) -> list[dict]:
     return outcomes
 
 
-def test_part(args, selection, env, timeout, log) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        junit = Path(tmp) / "junit.xml"
+class TestPart:
+    """A part that runs `gpu` tests (pytest, its JUnit XML read back): started, then reported when it ends."""
+
+    def __init__(self, selection: list[str], env: dict, timeout: float):
+        self.folder = tempfile.TemporaryDirectory()
+        self.junit = Path(self.folder.name) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", *selection]  # fmt: skip
-        code, output, seconds, _ = run_logged(command, env, timeout, log)
-        tests = junit_outcomes(junit) if junit.is_file() else []
-    counts = {key: sum(t["outcome"] == key for t in tests) for key in ("passed", "failed", "error", "skipped")}
-    if code is None:
-        status = "timeout"
-    elif counts["failed"] or counts["error"] or code not in (0, 5) or not tests:
-        status = "failed"
-    elif counts["skipped"] == len(tests):
-        status = "skipped"
-    else:
-        status = "passed" if not counts["skipped"] else "passed with skips"
-    report = {"status": status, "seconds": seconds, "exit": code, "counts": counts, "tests": tests}
-    if counts["skipped"]:
-        report["reason"] = sorted({t.get("message", "") for t in tests if t["outcome"] == "skipped"})[0]
-    if status in ("failed", "timeout"):
-        report["error"] = (re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M) or output.strip().splitlines()[-3:])
-    return report
+                   f"--junitxml={self.junit}", *selection]  # fmt: skip
+        self.job = Job(command, env, timeout)
+
+    def report(self, log) -> dict:
+        code, output, seconds, _ = self.job.finish(log)
+        tests = junit_outcomes(self.junit) if self.junit.is_file() else []
+        self.folder.cleanup()
+        counts = {key: sum(t["outcome"] == key for t in tests) for key in ("passed", "failed", "error", "skipped")}
+        if code is None:
+            status = "timeout"
+        elif counts["failed"] or counts["error"] or code not in (0, 5) or not tests:
+            status = "failed"
+        elif counts["skipped"] == len(tests):
+            status = "skipped"
+        else:
+            status = "passed" if not counts["skipped"] else "passed with skips"
+        report = {"status": status, "seconds": seconds, "exit": code, "counts": counts, "tests": tests}
+        if counts["skipped"]:
+            report["reason"] = sorted({t.get("message", "") for t in tests if t["outcome"] == "skipped"})[0]
+        if status in ("failed", "timeout"):
+            report["error"] = (re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M)
+                               or output.strip().splitlines()[-3:])  # fmt: skip
+        return report
 
 
 def bench_part(args, extra, env, timeout, log) -> dict:
@@ -240,16 +293,37 @@ def bench_part(args, extra, env, timeout, log) -> dict:
     return report
 
 
+def side_by_side(parts: list[str], jobs: int) -> list[list[str]]:
+    """The parts in order, in groups that run at once: consecutive test parts up to `jobs` (small models, each in a
+    CUDA context of its own on a GPU with room for all; their results do not depend on time), env and the benchmarks
+    alone (timed on an otherwise idle GPU)."""
+    def alone(part: str) -> bool:
+        return part == "env" or part.startswith("bench")
+
+    groups: list[list[str]] = []
+    for part in parts:
+        if groups and not alone(part) and not alone(groups[-1][0]) and len(groups[-1]) < jobs:
+            groups[-1].append(part)
+        else:
+            groups.append([part])
+    return groups
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    report = {"form": "cpu" if args.cpu else "gpu", "parts_asked": args.parts, "budget_s": args.budget_s,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}  # fmt: skip
     if args.cpu:
         env["MINIMIND_TEST_DEVICE"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", "1")
-    report = {"form": "cpu" if args.cpu else "gpu", "parts_asked": args.parts, "budget_s": args.budget_s,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}  # fmt: skip
+    else:
+        env.setdefault("NCCL_DEBUG", "WARN")  # a failing ZeRO launch says why in the log (NCCL has not run there)
+    if args.jobs > 1:  # parts side by side share the cores
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    report["jobs"] = args.jobs
     start = time.perf_counter()
     report_path, log_path = out / "gpu_check.json", out / "gpu_check.log"
 
@@ -258,24 +332,27 @@ def main(argv=None) -> int:
         report_path.write_text(json.dumps(report, indent=1))
 
     with open(log_path, "w") as log:
-        for part in args.parts:
-            what, gpu_seconds, cpu_seconds = PARTS[part]
-            elapsed = time.perf_counter() - start
-            guess = 0 if args.cpu else GPU_GUESS[part]
-            timeout = cpu_seconds if args.cpu else min(gpu_seconds, max(args.budget_s - elapsed, guess) + 30)
-            if elapsed + guess > args.budget_s:
-                result = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes ~{guess} s "
-                          f"of the {args.budget_s:.0f} s budget; run it in a call of its own"}  # fmt: skip
-            elif part == "env":
-                result = env_part(args, env, timeout, log)
-            elif part.startswith("bench"):
-                result = bench_part(args, what, env, timeout, log)
-            else:
-                result = test_part(args, what, env, timeout, log)
-            report["parts"][part] = result
-            print(f"{part:<14} {result['status']:<18} {result.get('seconds', 0):7.1f} s  "
-                  f"{result.get('reason') or result.get('error') or ''}"[:400], flush=True)  # fmt: skip
-            write()
+        for group in side_by_side(args.parts, args.jobs):
+            elapsed, results, running = time.perf_counter() - start, {}, {}
+            for part in group:
+                what, gpu_seconds, cpu_seconds = PARTS[part]
+                guess = 0 if args.cpu else GPU_GUESS[part]
+                timeout = cpu_seconds if args.cpu else min(gpu_seconds, max(args.budget_s - elapsed, guess) + 30)
+                if elapsed + guess > args.budget_s:
+                    results[part] = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes "
+                                     f"~{guess} s of the {args.budget_s:.0f} s budget; run it in a call of its own"}
+                elif part == "env":
+                    results[part] = env_part(args, env, timeout, log)
+                elif part.startswith("bench"):
+                    results[part] = bench_part(args, what, env, timeout, log)
+                else:
+                    running[part] = TestPart(what, env, timeout)
+            for part in group:
+                result = results[part] if part in results else running[part].report(log)
+                report["parts"][part] = result
+                print(f"{part:<14} {result['status']:<18} {result.get('seconds', 0):7.1f} s  "
+                      f"{result.get('reason') or result.get('error') or ''}"[:400], flush=True)  # fmt: skip
+                write()
     failed = [part for part, r in report["parts"].items() if r["status"] in ("failed", "timeout")]
     report["failed"] = failed
     write()

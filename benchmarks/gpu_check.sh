@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: one command that verifies minimind-trl where its users train, on a lent GPU, in one device call.
 #
-#   bash benchmarks/gpu_check.sh [--cpu [--carried]] [--budget-s S] [PART ...]
+#   bash benchmarks/gpu_check.sh [--cpu [--carried]] [--budget-s S] [--jobs N] [PART ...]
 #
 # Parts (default all, in this order): env bench precision logprobs zero lora resume agent bench_compile
 # (benchmarks/gpu_check.py --help says what each runs). Writes $OUT/gpu_check.json (the report, rewritten after each
@@ -53,6 +53,12 @@ if [ "$carried" = 1 ] && compgen -G "$wheels/*.whl" > /dev/null; then
     export GPU_CHECK_INSTALLED_SITE="$site"  # the env part checks the requirements of what it holds
 elif [ "$carried" = 1 ]; then
     echo "no $wheels/ here: using the packages installed (bash benchmarks/gpu_wheels.sh makes the folder)"
+    # a lent machine lacks these: stop now rather than fail every part on its import (carry=[".gpu-wheels"])
+    if ! "$python" -c 'import datasets, deepspeed, trl' 2> "$OUT/imports.txt"; then
+        tail -1 "$OUT/imports.txt" >&2
+        echo "gpu_check: trl, datasets and deepspeed are needed: carry $wheels/ (bash benchmarks/gpu_wheels.sh)" >&2
+        exit 3
+    fi
 fi
 export PYTHONPATH="${site_path}$repo${PYTHONPATH:+:$PYTHONPATH}"
 "$python" -c "import transformers, sys; print('transformers', transformers.__version__, 'from', transformers.__file__)"

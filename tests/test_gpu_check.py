@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def test_the_cpu_form_runs_the_parts_asked_and_reports_them(cpu_check):
     assert env["status"] == "passed" and env["versions"]["transformers"] == pins["transformers"]
     assert env["versions"]["cuda_available"] in (True, False) and env["versions"]["minimind_trl_path"].startswith(str(REPO))
     precision = report["parts"]["precision"]  # the CUDA tests' bodies, run on CPU
-    assert precision["status"] == "passed" and precision["counts"]["passed"] == len(precision["tests"]) == 4
+    assert precision["status"] == "passed" and precision["counts"]["passed"] == len(precision["tests"]) == 4 + 3
+    assert sum("test_scores_on_the_device_match_cpu" in t["test"] for t in precision["tests"]) == 3  # the reward model
     assert "pytest" in log and "test_gpu_precision.py" in log and "gpu_step.py" in log
 
 
@@ -66,6 +68,11 @@ def test_the_compiled_variants_run_on_cpu_through_the_static_cache_and_a_compile
         assert side["status"] == "ok", (name, side)
         assert side["levers"]["cache_implementation"] == "static" and side["levers"]["compiled_forward"] is True
         assert side["completion_tokens_per_step"] == 2 * 2 * 4 and side["gen_tokens_per_s"] > 0
+        assert side["levers"]["compiled_graphs"] == 1  # compiled once, for every step: never recompiled
+    # the counter of graphs run without CUDA graphs is live: inductor skips them for a CPU graph (on CUDA such a skip
+    # fails the reduce_overhead side, whose speed would not be CUDA graphs')
+    assert sides["ours:static_compile"]["levers"]["cudagraph_skips"] == 0
+    assert sides["ours:reduce_overhead"]["levers"]["cudagraph_skips"] >= 1
 
 
 def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatch):
@@ -84,6 +91,76 @@ def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatc
     assert gpu_check.main(["--cpu", "--out", str(out), "--budget-s", "0", "zero"]) == 0
     part = json.loads((out / "gpu_check.json").read_text())["parts"]["zero"]
     assert part["status"] == "skipped" and part["reason"].startswith("budget")
+
+
+HANGS = """import os, subprocess, sys, time
+import pytest
+pytestmark = pytest.mark.gpu
+
+def test_hangs():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["PID_FILE"], "w") as file:
+        file.write(f"{child.pid} {os.environ['GPU_CHECK_DEADLINE']}")
+    time.sleep(600)
+"""
+
+
+def gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie waiting for a parent that reaps it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_part_past_its_limit_is_stopped_with_every_process_it_started(tmp_path, monkeypatch):
+    """A hung part (a ZeRO launch whose workers wait on a collective) must not hold the GPU for the parts after it:
+    the part's whole process group goes at its limit, and the part knew its end (GPU_CHECK_DEADLINE) to time out its
+    own subprocesses first."""
+    import gpu_check
+
+    (tmp_path / "test_hangs.py").write_text(HANGS)
+    monkeypatch.setitem(gpu_check.PARTS, "lora", ([str(tmp_path / "test_hangs.py")], 120, 10))
+    monkeypatch.setenv("PID_FILE", str(tmp_path / "pid"))
+    began = time.time()
+    assert gpu_check.main(["--cpu", "--out", str(tmp_path / "out"), "lora"]) == 1
+    part = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["parts"]["lora"]
+    assert part["status"] == "timeout" and part["exit"] is None
+    pid, deadline = (tmp_path / "pid").read_text().split()
+    assert began + 9 < float(deadline) < time.time()
+    assert gone(int(pid)), f"the part's own child {pid} outlived the part"
+
+
+WAITS_FOR = """import os, time
+import pytest
+pytestmark = pytest.mark.gpu
+
+def test_meets_the_other():
+    folder = os.environ["MEET_DIR"]
+    open(os.path.join(folder, "{me}"), "w").close()
+    for _ in range(300):
+        if os.path.exists(os.path.join(folder, "{other}")):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the other part never ran beside this one")
+"""
+
+
+def test_test_parts_run_side_by_side(tmp_path, monkeypatch):
+    """On a GPU the test parts run at once (`--jobs`), so that one call fits them all: here two parts that can only
+    pass together, each waiting for the other's mark."""
+    import gpu_check
+
+    for me, other, part in (("a", "b", "lora"), ("b", "a", "resume")):
+        (tmp_path / f"test_{me}.py").write_text(WAITS_FOR.format(me=me, other=other))
+        monkeypatch.setitem(gpu_check.PARTS, part, ([str(tmp_path / f"test_{me}.py")], 120, 120))
+    monkeypatch.setenv("MEET_DIR", str(tmp_path))
+    assert gpu_check.main(["--cpu", "--jobs", "2", "--out", str(tmp_path / "out"), "lora", "resume"]) == 0
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert report["jobs"] == 2 and [report["parts"][p]["status"] for p in ("lora", "resume")] == ["passed"] * 2
+    assert gpu_check.side_by_side(["env", "bench", "precision", "zero", "lora", "bench_compile", "agent"], 2) == [
+        ["env"], ["bench"], ["precision", "zero"], ["lora"], ["bench_compile"], ["agent"]]
 
 
 def test_the_env_part_reports_requirements_the_machine_does_not_meet(tmp_path):
@@ -144,6 +221,64 @@ def test_carried_installs_the_wheels_with_the_cpu_form_as_on_a_gpu(tmp_path, car
     assert list(report["parts"]) == ["env"] and report["parts"]["env"]["status"] == "passed"  # --carried not a part
     checked = report["parts"]["env"]["versions"]["requirements_checked"]  # the carried wheels' requirements too
     assert ("gpu-check-probe" in checked) is carried and {"transformers", "trl", "deepspeed"} <= set(checked)
+
+
+def test_the_gpu_form_without_the_carried_wheels_stops_before_any_part(tmp_path):
+    """A call without `carry=[".gpu-wheels"]` on a machine that lacks TRL stops at once, saying what to carry, rather
+    than spend the loan failing every part on its imports. Here a `trl` that cannot be imported stands in for none."""
+    shadow = tmp_path / "shadow" / "trl"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no trl on this machine')\n")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable, GPU_WHEELS_DIR=str(tmp_path / "none"),
+               PYTHONPATH=str(tmp_path / "shadow"))  # fmt: skip
+    result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "env"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "no trl on this machine" in result.stderr and "carry" in result.stderr
+    assert not (tmp_path / "out" / "gpu_check.json").exists()  # no part ran
+
+
+def test_benchmark_sides_share_what_is_left_of_the_part(monkeypatch):
+    """Sides run one after another; each gets at most its share of the part's remaining time, so a slow side times out
+    alone and the summary of the sides measured is printed before the check stops the part."""
+    import gpu_step
+
+    monkeypatch.delenv("GPU_CHECK_DEADLINE", raising=False)
+    assert gpu_step.side_timeout(155, 3) == 155
+    monkeypatch.setenv("GPU_CHECK_DEADLINE", str(time.time() + 315))
+    assert 95 <= gpu_step.side_timeout(155, 3) <= 100 and 145 <= gpu_step.side_timeout(155, 2) <= 150
+    assert gpu_step.side_timeout(155, 1) == 155
+    monkeypatch.setenv("GPU_CHECK_DEADLINE", str(time.time() - 5))
+    assert gpu_step.side_timeout(155, 1) == 1.0
+
+
+def collected_gpu_tests(*selection: str) -> set[str]:
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider", *selection]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return {line for line in result.stdout.splitlines() if "::" in line}
+
+
+def test_every_gpu_test_is_run_by_a_part_of_the_check():
+    """A CUDA test the check does not select runs nowhere: pytest without CUDA skips it, and no lent GPU calls it (the
+    reward model's CUDA test sat outside the check, with a device bug in its path, until this test)."""
+    import gpu_check
+
+    whole, narrowed = [], {}  # parts that select whole files; files narrowed by -k, their expressions
+    for part, (what, _, _) in gpu_check.PARTS.items():
+        if part == "env" or part.startswith("bench"):
+            continue
+        if "-k" in what:
+            at = what.index("-k")
+            files = tuple(what[:at] + what[at + 2 :])
+            narrowed.setdefault(files, []).append(what[at + 1])
+        else:
+            whole += what
+    selected = collected_gpu_tests(*whole)
+    for files, expressions in narrowed.items():
+        selected |= collected_gpu_tests(*files, "-k", " or ".join(f"({e})" for e in expressions))
+    everywhere = collected_gpu_tests("tests")
+    assert len(everywhere) >= 18 and everywhere - selected == set()
 
 
 def test_help_says_how_to_run_it_on_a_lent_gpu_in_one_call():

@@ -1,14 +1,20 @@
 """Helpers of the `gpu` tests (tests/gpu): the device they run on, small MiniMind policies, a trainer on that device in
-fp32 or bf16, fixed completions in place of sampling, and one micro-batch's loss and gradients."""
+fp32 or bf16, fixed completions in place of sampling, one micro-batch's loss and gradients, and launches that end within
+the check's part."""
 
 import copy
 import os
+import signal
+import subprocess
+import time
 
+import pytest
 import torch
 from grpo_fixtures import UNEQUAL_PROMPTS as PROMPTS
 from grpo_fixtures import fixed_generation as shared_fixed_generation
 
 DEVICE_ENV = "MINIMIND_TEST_DEVICE"
+DEADLINE_ENV = "GPU_CHECK_DEADLINE"  # the part's end, epoch seconds (benchmarks/gpu_check.py exports it)
 GENERATIONS = 4
 COMPLETION = 12
 # MiniMind2 / MiniMind-3, dense / MoE, at a size where bf16 rounding is what it is at MiniMind's own sizes per layer
@@ -22,6 +28,30 @@ CASES = {
 
 def chosen_device() -> str:
     return os.environ.get(DEVICE_ENV, "cuda")
+
+
+def seconds_left(default: float = 600.0, margin: float = 20.0) -> float:
+    """A test's own subprocess timeout: what is left of the check's part less `margin`, so that a hung launch times out
+    in the test, which reports its output, before the check stops the part and the output is lost."""
+    deadline = os.environ.get(DEADLINE_ENV)
+    if deadline is None:
+        return default
+    return max(float(deadline) - time.time() - margin, 1.0)
+
+
+def run_launch(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run a launcher (`accelerate launch`) and its workers in a process group of their own; past `timeout` the whole
+    group is killed (a worker waiting on a collective too, which would otherwise hold the GPU and its port) and the
+    test fails with what the launch printed."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"the launch stopped after {timeout:.0f} s; it printed:\n{(stdout + stderr)[-4000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def tiny_policy(tokenizer, seed: int = 0, **config):

@@ -4,11 +4,11 @@ every step trained, the saved weights moved. On CUDA in bf16 (the configs' mixed
 fp32 (DeepSpeed's CPU path, as tests/trainer/test_distributed.py)."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 from conftest import free_port
+from gpu_harness import run_launch, seconds_left
 from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
 from safetensors.torch import load_file
 
@@ -35,8 +35,7 @@ def test_zero_on_one_device_trains_and_generates(tmp_path, device, stage):
         "--main_process_port", str(free_port()),
         "-m", "minimind_trl.grpo", "--config", str(recipe), "--callbacks", "grpo_fixtures:RankProbe",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(**{PROBE_DIR_ENV: probe}),
-                            timeout=600)  # fmt: skip
+    result = run_launch(command, subprocess_env(**{PROBE_DIR_ENV: probe}), timeout=seconds_left())
     assert result.returncode == 0, result.stderr[-4000:]
 
     (layout,) = records(probe, "layout")
@@ -47,4 +46,6 @@ def test_zero_on_one_device_trains_and_generates(tmp_path, device, stage):
     assert len(rewards) == STEPS and all(len(row["lengths"]) == 8 and min(row["lengths"]) >= 1 for row in rewards)
     saved, initial = load_file(tmp_path / "out" / "model.safetensors"), load_file(policy / "model.safetensors")
     assert all(saved[k].shape == v.shape for k, v in initial.items())  # whole weights (a tied head may be written too)
-    assert max((saved[k].float() - initial[k]).abs().max().item() for k in initial) > 1e-4
+    # moved by training, not by rounding: in bf16 DeepSpeed saves its bf16 copy, so against the initial weights rounded
+    # the same way (bf16 rounding alone moves these by up to ~2.4e-4)
+    assert max((saved[k].float() - initial[k].to(saved[k].dtype).float()).abs().max().item() for k in initial) > 1e-4
