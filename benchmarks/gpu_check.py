@@ -293,16 +293,18 @@ def bench_part(args, extra, env, timeout, log) -> dict:
     return report
 
 
+def runs_tests(part: str) -> bool:
+    """Whether `part` runs `gpu` tests (pytest), not the versions or a benchmark."""
+    return part != "env" and not part.startswith("bench")
+
+
 def side_by_side(parts: list[str], jobs: int) -> list[list[str]]:
     """The parts in order, in groups that run at once: consecutive test parts up to `jobs` (small models, each in a
     CUDA context of its own on a GPU with room for all; their results do not depend on time), env and the benchmarks
     alone (timed on an otherwise idle GPU)."""
-    def alone(part: str) -> bool:
-        return part == "env" or part.startswith("bench")
-
     groups: list[list[str]] = []
     for part in parts:
-        if groups and not alone(part) and not alone(groups[-1][0]) and len(groups[-1]) < jobs:
+        if groups and runs_tests(part) and runs_tests(groups[-1][0]) and len(groups[-1]) < jobs:
             groups[-1].append(part)
         else:
             groups.append([part])
@@ -341,12 +343,12 @@ def main(argv=None) -> int:
                 if elapsed + guess > args.budget_s:
                     results[part] = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes "
                                      f"~{guess} s of the {args.budget_s:.0f} s budget; run it in a call of its own"}
+                elif runs_tests(part):
+                    running[part] = TestPart(what, env, timeout)
                 elif part == "env":
                     results[part] = env_part(args, env, timeout, log)
-                elif part.startswith("bench"):
-                    results[part] = bench_part(args, what, env, timeout, log)
                 else:
-                    running[part] = TestPart(what, env, timeout)
+                    results[part] = bench_part(args, what, env, timeout, log)
             for part in group:
                 result = results[part] if part in results else running[part].report(log)
                 report["parts"][part] = result
