@@ -5,8 +5,9 @@ docs/parity.md#as-a-grpotrainer).
 The suite is TRL's code, kept in ../shared/trl-tests (see its README) and run from there, never copied here: pytest
 runs it in `SHARDS` subprocesses side by side, each a share of the tests with both trainers and one torch thread (the
 models are tiny: two processes keep both cores of a CI machine busy, and each test's two runs share one process's
-start-up). The adaptation (stand-in models, the local zen dataset, the class swap) is `trl_suite_plugin.py` and
-`standins.py`. Fails under CI=true when the suite is missing, skips elsewhere.
+start-up). The adaptation (stand-in models, the local zen dataset, the class swap, one precision for both trainers
+where a test leaves it unset: this CPU's choice) is `trl_suite_plugin.py` and `standins.py`. Fails under CI=true when
+the suite is missing, skips elsewhere.
 """
 
 import json

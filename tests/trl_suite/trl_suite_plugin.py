@@ -11,6 +11,8 @@ All the adaptation is here and in `standins.py`; TRL's test bodies run as they a
   skipped, naming it (`SKIPPED_IDS`);
 * `load_dataset("trl-internal-testing/zen", ...)` reads the local stand-in of that dataset;
 * the class swap: the test module's `GRPOTrainer` / `GRPOConfig` names, per test (the `trl_trainer` fixture);
+* one precision for both trainers: where a test leaves `bf16` unset, the stock config gets this CPU's choice
+  (`stock_config`), as `MiniMindGRPOConfig.trl_defaults` does, instead of TRL's `bf16=True` on every CPU;
 * trl 1.16 lacks `trl.import_utils.is_joblib_available`, which the suite's helpers (a newer TRL's) import.
 """
 
@@ -125,11 +127,29 @@ def vocabulary_layout(request):
     return layout
 
 
+def stock_config(*args, **kwargs):
+    """TRL's `GRPOConfig`, with `bf16` left unset by the test chosen for this CPU (`choose_bf16`, the rule
+    `MiniMindGRPOConfig` applies) instead of TRL's `True`. Where bf16 is native the stock config is TRL's as it is;
+    where it is not (AVX2, a Xeon without AMX), the stock trainer runs fp32 as the MiniMind one does there, so both
+    are compared in one precision, and the stock side does not crawl: with the kernels capped at AVX2, TRL's CPU
+    log-prob head made `test_train_with_tools` take 163 s in bf16 against 64 s on this Xeon's AMX kernels."""
+    from trl import GRPOConfig
+
+    from minimind_trl.trainer.speed.cpu_precision import choose_bf16, runs_on_cpu
+
+    if "bf16" not in kwargs and not kwargs.get("fp16"):
+        kwargs["bf16"] = choose_bf16(None, False, runs_on_cpu(kwargs.get("use_cpu", False)))
+    return GRPOConfig(*args, **kwargs)
+
+
 @pytest.fixture(autouse=True)
 def trl_trainer(request, monkeypatch):
-    """The trainer a test runs with: the module's names are swapped for the "minimind" run."""
+    """The trainer a test runs with: the module's names are swapped for the "minimind" run, its config's precision
+    default for the "stock" run (`stock_config`)."""
     module = request.module
     monkeypatch.setattr(module, "load_dataset", local_load_dataset)
+    if request.param == "stock":
+        monkeypatch.setattr(module, "GRPOConfig", stock_config)
     if request.param == "minimind":
         from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
