@@ -57,19 +57,35 @@ def _share_the_cores_among_workers() -> None:
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
 
 
+def module_fixture_group(item) -> str | None:
+    """The module of a test that uses a module-scoped fixture (its `xdist_group`), None for any other test."""
+    fixture_defs = getattr(item, "_fixtureinfo", None)
+    if fixture_defs is None:
+        return None
+    if any(defs[-1].scope == "module" for defs in fixture_defs.name2fixturedefs.values()):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the `xdist_group` marks
 def pytest_collection_modifyitems(config, items):
     """The `slow` tests (the demos' learning runs, TRL's suite, multi-process launches: minutes each) come first, the
     longest first (`slow(minutes=N)`: about what the test takes on 2 cores), then the rest in file order.
 
     README's test command hands the tests to its two pytest-xdist workers one at a time, to whichever is free, in this
-    order (`--dist loadgroup` with no test in an `xdist_group`, and `--no-loadscope-reorder`): the long runs start on
-    both workers at once instead of one worker ending the run alone with them. A module's tests may then run in both
-    workers, so a module-scoped fixture can be built twice (once per worker)."""
+    order (`--dist loadgroup` and `--no-loadscope-reorder`): the long runs start on both workers at once instead of
+    one worker ending the run alone with them. The exception is a module's tests that use a module-scoped fixture
+    (a training run, the GPU check's CPU form: up to a minute to build): they go to one worker together, as one
+    `xdist_group` at the place of the first, so the fixture is built once, not once per worker."""
 
     def order(item):
         slow = item.get_closest_marker("slow")
         return (0, -slow.kwargs.get("minutes", 0)) if slow is not None else (1, 0)
 
+    for item in items:
+        group = module_fixture_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=order)
 
 

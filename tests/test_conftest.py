@@ -1,5 +1,6 @@
-"""tests/conftest.py's share of the suite's running: the slow tests are collected first, the longest first, and under
-pytest-xdist each worker's torch takes its share of the cores (README's test command runs two workers)."""
+"""tests/conftest.py's share of the suite's running: the slow tests are collected first, the longest first, the users
+of a module-scoped fixture go to one pytest-xdist worker together, and each worker's torch takes its share of the
+cores (README's test command runs two workers)."""
 
 import os
 import subprocess
@@ -31,6 +32,64 @@ def test_the_slow_tests_come_first_the_longest_first():
     assert names[4] == "test_reward_model_prefers_the_property_on_held_out_prompts"  # slow, no minutes given
     fast = names[5:]  # the others follow, in file order
     assert fast.index("test_demo_exits_cleanly") < fast.index("test_bad_arguments_are_rejected")
+
+
+def test_the_users_of_a_module_fixture_are_one_xdist_group():
+    """Under `--dist loadgroup` the tests of one `xdist_group` run on one worker: the module-scoped `cpu_check` (the
+    GPU check's CPU form, about a minute) is then built once, not once per worker."""
+    grouped = collected("-m", "xdist_group", "tests/test_gpu_check.py")
+    users = {f"tests/test_gpu_check.py::{name}" for name in (
+        "test_the_cpu_form_runs_the_parts_asked_and_reports_them",
+        "test_the_benchmark_reports_both_sides",
+        "test_the_compiled_variants_run_on_cpu_through_the_static_cache_and_a_compiled_forward",
+    )}  # fmt: skip
+    assert set(grouped) == users
+
+
+GROUPED_MODULE = """
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def built():
+    return os.environ["PYTEST_XDIST_WORKER"]
+
+@pytest.mark.parametrize("i", range(6))
+def test_user(built, i):
+    pass
+
+@pytest.mark.parametrize("i", range(6))
+def test_other(i):
+    pass
+"""
+
+
+def test_one_worker_runs_every_user_of_a_module_fixture(tmp_path):
+    """The grouping as pytest-xdist applies it (README's options, this conftest's hook): every user of the module
+    fixture runs on one worker. pytest 9.2 with pytest-xdist 3.8 ran them on both (the group was dropped)."""
+    suite_conftest = str(REPO_ROOT / "tests" / "conftest.py")
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('suite_conftest', {suite_conftest!r})\n"
+        "suite = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(suite)\n"
+        "pytest_collection_modifyitems = suite.pytest_collection_modifyitems\n"
+    )
+    (tmp_path / "test_grouped.py").write_text(GROUPED_MODULE)
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder",
+         "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    workers = {}
+    for line in completed.stdout.splitlines():
+        if " PASSED " in line:
+            worker, test = line.split()[0], line.split()[-1]
+            workers.setdefault("user" if "::test_user" in test else "other", []).append(worker)
+    assert len(workers["user"]) == 6 and len(set(workers["user"])) == 1, completed.stdout
+    assert len(workers["other"]) == 6, completed.stdout
 
 
 def test_each_xdist_worker_takes_its_share_of_the_cores():
