@@ -132,7 +132,7 @@ def stock_config(*args, **kwargs):
     `MiniMindGRPOConfig` applies) instead of TRL's `True`. Where bf16 is native the stock config is TRL's as it is;
     where it is not (AVX2, a Xeon without AMX), the stock trainer runs fp32 as the MiniMind one does there, so both
     are compared in one precision, and the stock side does not crawl: with the kernels capped at AVX2, TRL's CPU
-    log-prob head made the stock `test_train_with_tools[tools0]` take 163 s in bf16 and 121 s in fp32 (64 s in bf16
+    log-prob head made the stock `test_train_with_tools[tools0]` take 163 s in bf16 and 58 s in fp32 (64 s in bf16
     on this Xeon's AMX kernels); the suite's counts were the same (116 passed, 6 failed, 53 skipped each)."""
     from trl import GRPOConfig
 
