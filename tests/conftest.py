@@ -59,10 +59,10 @@ def _share_the_cores_among_workers() -> None:
 
 def module_fixture_group(item) -> str | None:
     """The module of a test that uses a module-scoped fixture (its `xdist_group`), None for any other test."""
-    fixture_defs = getattr(item, "_fixtureinfo", None)
-    if fixture_defs is None:
+    fixture_info = getattr(item, "_fixtureinfo", None)  # a Function's; other items request no fixtures
+    if fixture_info is None:
         return None
-    if any(defs[-1].scope == "module" for defs in fixture_defs.name2fixturedefs.values()):
+    if any(defs[-1].scope == "module" for defs in fixture_info.name2fixturedefs.values()):
         return item.nodeid.split("::")[0]
     return None
 
