@@ -1,8 +1,8 @@
 """The GPU check's driver (run it through `benchmarks/gpu_check.sh`, which installs the carried wheels first): runs the
 parts asked for, one subprocess each, in order (the test parts side by side, `--jobs`), within a time budget, and
 writes `$OUT/gpu_check.json` (rewritten after every part, so a run stopped at its limit still leaves its report) and
-`$OUT/gpu_check.log` (every part's output). A part past its limit is stopped with every process it started. Exit
-status 0 when no part failed.
+`$OUT/gpu_check.log` (every part's output). A part past its limit is stopped with every process it started. A `gpu` test
+skipped on a GPU fails its part (it checked nothing there). Exit status 0 when no part failed.
 
 Parts (default: all, in this order; the benchmark second, so that a budget cut leaves it measured):
 
@@ -27,6 +27,7 @@ compiled variants compiled for the CPU (no CUDA graphs there), so every part's p
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -150,9 +151,10 @@ print(json.dumps(found))
 
 class Job:
     """One part's subprocess, started at once and finished later (test parts run side by side): in a process group of
-    its own, so that at its limit, or when it ends, the whole group goes (a launcher's workers too: nothing a part
-    started outlives it on the GPU); its output in files, into the log as one block when it ends. The part's end
-    is exported as `GPU_CHECK_DEADLINE` (epoch seconds): a test's own subprocess times out before it, and reports."""
+    its own, so that at its limit, or when it ends, the whole group goes with every descendant that left it (a
+    launcher's workers too: nothing a part started outlives it on the GPU); its output in files, into the log as one
+    block when it ends. The part's end is exported as `GPU_CHECK_DEADLINE` (epoch seconds): a test's own subprocess
+    times out before it, and reports."""
 
     def __init__(self, command: list[str], env: dict, timeout: float):
         self.command, self.start = command, time.perf_counter()
@@ -177,16 +179,27 @@ class Job:
         return code, stdout + stderr, seconds, stdout
 
     def end_group(self) -> None:
+        """Stop the part's process group and every descendant outside it (a launcher started in a session of its own,
+        as tests/gpu's `run_launch` starts `accelerate launch`, escapes the group): SIGTERM, then SIGKILL to what is
+        left after a few seconds."""
+        import psutil
+
+        try:  # found before anything is signalled: once their parent is gone they hang from init, untraceable
+            strays = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            strays = []
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
+            with contextlib.suppress(ProcessLookupError):  # the group is gone: its processes have ended
                 os.killpg(self.process.pid, sig)
-            except ProcessLookupError:  # the group is gone: every process of the part has ended
-                break
+            for process in strays:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.send_signal(sig)
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 continue
-            time.sleep(0.5)  # the group's other members get their signal's time too
+            if ended(self.process.pid, strays, timeout=5):
+                break
         self.process.wait()
 
     @staticmethod
@@ -195,6 +208,33 @@ class Job:
         text = stream.read()
         stream.close()
         return text
+
+
+def ended(pgid: int, processes: list, timeout: float) -> bool:
+    """Whether, within `timeout` seconds, every process of group `pgid` and each of `processes` (psutil's) has exited
+    (a zombie has: it only waits for a parent to read its status)."""
+    import psutil
+
+    def running(process) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def in_group(process) -> bool:
+        try:
+            return os.getpgid(process.pid) == pgid
+        except ProcessLookupError:
+            return False
+
+    until = time.monotonic() + timeout
+    while True:
+        members = [process for process in psutil.process_iter() if in_group(process)]
+        if not any(running(process) for process in [*members, *processes]):
+            return True
+        if time.monotonic() > until:
+            return False
+        time.sleep(0.1)
 
 
 def run_logged(command: list[str], env: dict, timeout: float, log) -> tuple[int | None, str, float, str]:
@@ -239,7 +279,8 @@ def junit_outcomes(path: Path) -> list[dict]:
 class TestPart:
     """A part that runs `gpu` tests (pytest, its JUnit XML read back): started, then reported when it ends."""
 
-    def __init__(self, selection: list[str], env: dict, timeout: float):
+    def __init__(self, selection: list[str], env: dict, timeout: float, gpu: bool):
+        self.gpu = gpu
         self.folder = tempfile.TemporaryDirectory()
         self.junit = Path(self.folder.name) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu", "-p", "no:cacheprovider",
@@ -255,6 +296,8 @@ class TestPart:
             status = "timeout"
         elif counts["failed"] or counts["error"] or code not in (0, 5) or not tests:
             status = "failed"
+        elif counts["skipped"] and self.gpu:  # a `gpu` test skipped where CUDA is: it checked nothing
+            status = "failed"
         elif counts["skipped"] == len(tests):
             status = "skipped"
         else:
@@ -263,7 +306,7 @@ class TestPart:
         if counts["skipped"]:
             report["reason"] = sorted({t.get("message", "") for t in tests if t["outcome"] == "skipped"})[0]
         if status in ("failed", "timeout"):
-            report["error"] = (re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M)
+            report["error"] = (re.findall(r"^(?:FAILED|ERROR|SKIPPED) .*$", output, flags=re.M)
                                or output.strip().splitlines()[-3:])  # fmt: skip
         return report
 
@@ -311,20 +354,29 @@ def side_by_side(parts: list[str], jobs: int) -> list[list[str]]:
     return groups
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def environments(args) -> tuple[dict, dict]:
+    """The parts' environments: (env and the benchmarks', the test parts'). Only the test parts, which run side by
+    side, divide the cores between them; a benchmark runs alone, and its CPU work (the stand-in reward model both
+    sides score with) gets every core."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
-    report = {"form": "cpu" if args.cpu else "gpu", "parts_asked": args.parts, "budget_s": args.budget_s,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}  # fmt: skip
     if args.cpu:
         env["MINIMIND_TEST_DEVICE"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", "1")
     else:
         env.setdefault("NCCL_DEBUG", "WARN")  # a failing ZeRO launch says why in the log (NCCL has not run there)
-    if args.jobs > 1:  # parts side by side share the cores
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    test_env = dict(env)
+    if args.jobs > 1:
+        test_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    return env, test_env
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env, test_env = environments(args)
+    report = {"form": "cpu" if args.cpu else "gpu", "parts_asked": args.parts, "budget_s": args.budget_s,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}  # fmt: skip
     report["jobs"] = args.jobs
     start = time.perf_counter()
     report_path, log_path = out / "gpu_check.json", out / "gpu_check.log"
@@ -344,7 +396,7 @@ def main(argv=None) -> int:
                     results[part] = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes "
                                      f"~{guess} s of the {args.budget_s:.0f} s budget; run it in a call of its own"}
                 elif runs_tests(part):
-                    running[part] = TestPart(what, env, timeout)
+                    running[part] = TestPart(what, test_env, timeout, gpu=not args.cpu)
                 elif part == "env":
                     results[part] = env_part(args, env, timeout, log)
                 else:

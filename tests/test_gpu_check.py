@@ -98,9 +98,11 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 def test_hangs():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    # one child in the part's process group, one in a session of its own (as tests/gpu's run_launch starts a launch)
+    child, launcher = subprocess.Popen(sleep), subprocess.Popen(sleep, start_new_session=True)
     with open(os.environ["PID_FILE"], "w") as file:
-        file.write(f"{child.pid} {os.environ['GPU_CHECK_DEADLINE']}")
+        file.write(f"{child.pid} {launcher.pid} {os.environ['GPU_CHECK_DEADLINE']}")
     time.sleep(600)
 """
 
@@ -128,9 +130,48 @@ def test_a_part_past_its_limit_is_stopped_with_every_process_it_started(tmp_path
     assert gpu_check.main(["--cpu", "--out", str(tmp_path / "out"), "lora"]) == 1
     part = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["parts"]["lora"]
     assert part["status"] == "timeout" and part["exit"] is None
-    pid, deadline = (tmp_path / "pid").read_text().split()
+    pid, launcher_pid, deadline = (tmp_path / "pid").read_text().split()
     assert began + 24 < float(deadline) < time.time()
     assert gone(int(pid)), f"the part's own child {pid} outlived the part"
+    assert gone(int(launcher_pid)), f"the part's child in a session of its own, {launcher_pid}, outlived the part"
+
+
+SKIPS = """import pytest
+pytestmark = pytest.mark.gpu
+
+def test_skips():
+    pytest.skip("needs something this machine lacks")
+"""
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu-form", "cpu-form"])
+def test_a_gpu_test_skipped_on_a_gpu_fails_its_part(tmp_path, gpu):
+    """On a lent GPU every `gpu` test must run: a skip there (CUDA unseen by the test, a missing package) checked
+    nothing and fails the part, naming the reason. On CPU the CUDA-only tests may skip."""
+    import gpu_check
+
+    (tmp_path / "test_skips.py").write_text(SKIPS)
+    part = gpu_check.TestPart([str(tmp_path / "test_skips.py")], dict(os.environ), 120, gpu=gpu)
+    with open(tmp_path / "log", "w") as log:
+        report = part.report(log)
+    assert report["counts"]["skipped"] == 1 and "lacks" in report["reason"]
+    assert report["status"] == ("failed" if gpu else "skipped")
+    if gpu:
+        assert any(line.startswith("SKIPPED") and "lacks" in line for line in report["error"]), report["error"]
+
+
+def test_only_the_test_parts_divide_the_cores(monkeypatch):
+    """The test parts run side by side and share the cores; a benchmark runs alone, and the CPU work of both its sides
+    (the stand-in reward model) must not run on one thread, or the step it times is the CPU's."""
+    import gpu_check
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(gpu_check.os, "cpu_count", lambda: 16)
+    env, test_env = gpu_check.environments(gpu_check.parse_args([]))
+    assert "OMP_NUM_THREADS" not in env and test_env["OMP_NUM_THREADS"] == str(16 // len(gpu_check.PARTS))
+    assert env["HF_HUB_OFFLINE"] == test_env["HF_HUB_OFFLINE"] == "1" and "MINIMIND_TEST_DEVICE" not in test_env
+    env, test_env = gpu_check.environments(gpu_check.parse_args(["--cpu"]))
+    assert env["OMP_NUM_THREADS"] == test_env["OMP_NUM_THREADS"] == "1" and test_env["MINIMIND_TEST_DEVICE"] == "cpu"
 
 
 WAITS_FOR = """import os, time
