@@ -5,7 +5,8 @@ generations, 768-token prompts, 1024 new tokens, bf16).
 (a) `seed`: upstream's step (`benchmarks/seed_loop.py`) on the device, fp32 weights under bf16 autocast for the whole
     step (upstream's `--dtype bfloat16`; generation included, so never slower than upstream's loop).
 (b) `ours`, one run per variant of `--variants`:
-    - `default`: `MiniMindGRPOTrainer` as a user gets it on CUDA (bf16, the lean sampler, TRL's Triton log-prob head);
+    - `default`: `MiniMindGRPOTrainer` as a user gets it on CUDA (bf16, the lean sampler, TRL's Triton log-prob head;
+      the lean sampler decodes in the policy's fp32 there: the report's `levers.decode_precision`);
     - `share_prompts`: the same with `share_prompts: true` (unset shares on CPU only; benchmarks/README.md, issue 32);
     - `static_compile`: `compile_generation: default`, stock `generate` with transformers' static cache and its
       compiled forward (`minimind_trl.trainer.speed.compiled_generation`);
@@ -15,7 +16,8 @@ generations, 768-token prompts, 1024 new tokens, bf16).
     (inductor's CPU code has none): the path is checked there, not its speed.
 
 Each side runs in its own subprocess (its own peak GPU memory), `--warmup` untimed steps then `--steps` timed ones
-(median; the device synchronised at each step's edges). Reported per side: s/step and its phases, generation tokens/s,
+(median; the device synchronised at the edges of each step and each phase). Reported per side: s/step and its phases
+(generation, log-probs, reward, backward with the optimizer step), generation tokens/s,
 peak GPU memory (torch's allocator, during training), MFU: the step's model FLOPs (`roofline.phase_flops`, every prompt
 per completion for every side, so the same work) over its time, against the bf16 GEMM peak measured here first (an
 8192^3 product on CUDA; on CPU a 1024^3 fp32 one, the `--cpu` form's tiny sizes make MFU meaningless there), and
@@ -28,7 +30,9 @@ line is one JSON object. Speed is reported, never asserted.
 """
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -43,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 DATASHEET_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "RTX 4090": 165.0, "RTX 3090": 71.0}
 VARIANTS = ("default", "share_prompts", "static_compile", "reduce_overhead")
 COMPILED = {"static_compile": "default", "reduce_overhead": "reduce-overhead"}  # variant: compile_generation
+# the phases reported per side; the reward model's (the stand-in, on the CPU) is in s/step on both sides alike
+PHASES = ("generation", "logprobs", "reward", "backward_step")
 # --cpu: the sizes of tests/test_benchmarks.py, one step
 TINY = dict(hidden_size=32, layers=1, heads=4, kv_heads=2, prompts=2, generations=2, prompt_tokens=80, new_tokens=4,
             steps=1, warmup=0)  # fmt: skip
@@ -147,7 +153,7 @@ def run_seed(args, workdir: Path) -> dict:
         records.append(loop.step(prompts))
     timed = records[args.warmup :]
     tokens = [r["stats"]["completion_tokens"] for r in timed]
-    phases = {k: statistics.median(r["times"][k] for r in timed) for k in ("generation", "logprobs", "backward_step")}
+    phases = {k: statistics.median(r["times"][k] for r in timed) for k in PHASES}
     return {"s_per_step": statistics.median(r["times"]["total"] for r in timed), "phases": phases,
             "completion_tokens_per_step": statistics.median(tokens), "precision": "bf16 autocast"
             if args.device == "cuda" else "fp32"}  # fmt: skip
@@ -157,13 +163,52 @@ def run_seed(args, workdir: Path) -> dict:
 # (b) minimind-trl's trainer
 
 
-def compile_counters() -> dict:
+def compile_counters(skip_reasons: list[str]) -> dict:
     """What torch.compile did in this process: graphs compiled (each recompilation adds one) and the graphs inductor
-    ran without CUDA graphs although asked for them (`reduce-overhead`)."""
+    ran without CUDA graphs although asked for them (`reduce-overhead`), with the reasons it logged."""
     from torch._dynamo.utils import counters
 
     return {"compiled_graphs": counters["stats"]["unique_graphs"],
-            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}  # fmt: skip
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+            "cudagraph_skip_reasons": sorted(set(skip_reasons))}  # fmt: skip
+
+
+def cudagraphs_logger() -> str:
+    """The logger on which inductor says why it skipped CUDA graphs (`log_cudagraph_skip_and_bump_counter`)."""
+    from torch._inductor import cudagraph_utils
+
+    return cudagraph_utils.cudagraphs_log.name
+
+
+def decode_precision(trainer) -> str:
+    """What the rollouts' GEMMs run in, by the trainer's settings: the lean sampler drops accelerate's autocast wrapper
+    and decodes in its weights' dtype (the policy's, or `sampling_weights_dtype`'s: bf16 by default on CPUs with
+    native bf16 only); stock `generate` (the compiled variants) calls the wrapped forward, under bf16 autocast when
+    training in bf16."""
+    weights = next(trainer.accelerator.unwrap_model(trainer.model).parameters()).dtype
+    if trainer._sampler is not None:
+        return str(trainer._sampler.weights_dtype or weights).removeprefix("torch.")
+    return "bf16 autocast" if trainer.args.bf16 else str(weights).removeprefix("torch.")
+
+
+class LoggedWarnings(logging.Handler):
+    """The messages of WARNING and above that a logger emits while attached: inductor logs why it runs a graph
+    without CUDA graphs (on its `cudagraphs` artifact logger) and only counts the skip, so a failing side can say why
+    in its error rather than in a log tail that a traceback may push out."""
+
+    def __init__(self, logger_name: str):
+        super().__init__(logging.WARNING)
+        self.logger, self.messages = logging.getLogger(logger_name), []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self) -> list[str]:
+        self.logger.addHandler(self)
+        return self.messages
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
 
 
 def run_ours(args, workdir: Path, variant: str) -> dict:
@@ -188,7 +233,8 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
         save_strategy="no", report_to=[], disable_tqdm=True, logging_steps=1, dataloader_num_workers=0,
     )  # fmt: skip
     scorer = InternLM2Scorer(reward_model, reward_tokenizer, batch_size=32)
-    recorder, device = _PhaseRecorder(), args.device
+    device = args.device
+    recorder = _PhaseRecorder(synchronize=lambda: synchronized(device))  # a span ends when its kernels do
 
     class Synchronize(TrainerCallback):  # step edges after the device's queued work, peak memory from the first timed
         def on_step_begin(self, a, state, control, **kwargs):
@@ -207,24 +253,26 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
     )  # fmt: skip
     levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)),
               "shared_prompts": trainer._shares_prompts, "lean_sampler": trainer._sampler is not None,
+              "decode_precision": decode_precision(trainer),
               "cache_implementation": trainer.generation_config.cache_implementation}  # fmt: skip
-    with recorder.trl_spans():
+    skips = LoggedWarnings(cudagraphs_logger()) if compiled else contextlib.nullcontext([])
+    with recorder.trl_spans(), skips as skip_reasons:
         trainer.train()
     if compiled:  # the compiled forward really ran (transformers keeps it on the model once built)
         model = trainer.accelerator.unwrap_model(trainer.model)
         levers["compiled_forward"] = getattr(model, "_compiled_call", None) is not None
         if not levers["compiled_forward"]:
             raise RuntimeError(f"variant {variant}: generate did not compile the forward (static cache not taken?)")
-        levers.update(compile_counters())
+        levers.update(compile_counters(skip_reasons))
         if device == "cuda" and COMPILED[variant] == "reduce-overhead" and levers["cudagraph_skips"]:
-            # inductor falls back to the plain compiled graph without saying so: its speed would not be CUDA graphs'
-            raise RuntimeError(f"variant {variant}: CUDA graphs skipped {levers['cudagraph_skips']} time(s) "
-                               "(TORCH_LOGS=perf_hints says why)")  # fmt: skip
+            # inductor falls back to the plain compiled graph and goes on: its speed would not be CUDA graphs'
+            raise RuntimeError(f"variant {variant}: CUDA graphs skipped {levers['cudagraph_skips']} time(s): "
+                               f"{'; '.join(levers['cudagraph_skip_reasons'])[:1500]}")  # fmt: skip
     steps = recorder.step_times()[args.warmup :]
     lengths = recorder.logged_lengths
     if any(length != (args.new_tokens, args.new_tokens) for length in lengths):
         raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens}")
-    phases = {k: statistics.median(t[k] for t in steps) for k in ("generation", "logprobs", "backward_step")}
+    phases = {k: statistics.median(t[k] for t in steps) for k in PHASES}
     return {"s_per_step": statistics.median(t["total"] for t in steps), "phases": phases,
             "completion_tokens_per_step": rows * args.new_tokens, "levers": levers,
             "precision": "bf16" if trainer.args.bf16 else "fp32"}  # fmt: skip

@@ -304,9 +304,12 @@ def run_seed(args, workdir: Path) -> dict:
 
 
 class _PhaseRecorder:
-    """Collects TRL's profiling spans and the step boundaries of the trainer's loop."""
+    """Collects TRL's profiling spans and the step boundaries of the trainer's loop. `synchronize` (on CUDA:
+    `torch.cuda.synchronize`) runs at each span's edges, so that a span ends when its kernels do, not when they are
+    queued (a no-grad pass returns before its GPU work is done; the time would land in the next span)."""
 
-    def __init__(self):
+    def __init__(self, synchronize=None):
+        self.synchronize = synchronize or (lambda: None)
         self.spans: list[tuple[str, float, float, float, float]] = []  # name, wall start, wall end, CPU start, CPU end
         self.steps: list[dict] = []
         self.logged_lengths: list[tuple[float, float]] = []  # (min, max) completion length per logged step
@@ -323,10 +326,12 @@ class _PhaseRecorder:
         )
 
         def enter_and_record(context):
+            recorder.synchronize()
             context._cpu_start = time.process_time()
             return original_enter(context)
 
         def exit_and_record(context, *exc):
+            recorder.synchronize()
             if context._start_time is not None:
                 name = context.name.rsplit(".", 1)[-1]
                 now, cpu_now = time.perf_counter(), time.process_time()

@@ -50,9 +50,16 @@ def test_the_benchmark_reports_both_sides(cpu_check):
     for name, side in summary["sides"].items():
         assert side["status"] == "ok", (name, side)
         assert side["s_per_step"] > 0 and side["gen_tokens_per_s"] > 0 and 0 < side["mfu"] < 1
+        assert set(side["phases"]) == {"generation", "logprobs", "reward", "backward_step"}
+        assert all(seconds > 0 for seconds in side["phases"].values()), (name, side["phases"])
+        assert sum(side["phases"].values()) <= side["s_per_step"] * 1.001, (name, side)
         assert side["completion_tokens_per_step"] == 2 * 2 * 4 and side["peak_memory_mb"] is None  # no GPU memory
         assert (name == "seed") == ("speedup_vs_seed" not in side)
     assert summary["sides"]["ours:share_prompts"]["levers"]["shared_prompts"] is True
+    # the lean sampler decodes in its weights' dtype: bf16 only where bf16 training meets a bf16-native CPU
+    default = summary["sides"]["ours:default"]
+    assert default["levers"]["decode_precision"] in (("bfloat16", "float32") if default["precision"] == "bf16"
+                                                     else ("float32",))  # fmt: skip
 
 
 def test_the_compiled_variants_run_on_cpu_through_the_static_cache_and_a_compiled_forward(cpu_check):
@@ -73,6 +80,22 @@ def test_the_compiled_variants_run_on_cpu_through_the_static_cache_and_a_compile
     # fails the reduce_overhead side, whose speed would not be CUDA graphs')
     assert sides["ours:static_compile"]["levers"]["cudagraph_skips"] == 0
     assert sides["ours:reduce_overhead"]["levers"]["cudagraph_skips"] >= 1
+    # inductor logs a reason for CUDA graphs only (a CPU graph's skip is counted in silence): caught as a list
+    assert [side["levers"]["cudagraph_skip_reasons"] for side in sides.values()] == [[], []]
+    for side in sides.values():  # stock `generate` calls the forward accelerate wraps in autocast
+        assert side["levers"]["decode_precision"] == ("bf16 autocast" if side["precision"] == "bf16" else "float32")
+
+
+def test_a_skip_of_cuda_graphs_says_why():
+    """On CUDA a `reduce_overhead` side that ran without CUDA graphs fails, and its error gives inductor's reasons,
+    caught from the logger that inductor's skip function writes to (the CPU form's skips carry no reason)."""
+    import gpu_step
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    with gpu_step.LoggedWarnings(gpu_step.cudagraphs_logger()) as reasons:
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1 instances)")
+    log_cudagraph_skip_and_bump_counter("after the block: not caught")
+    assert reasons == ["skipping cudagraphs due to mutated inputs (1 instances)"]
 
 
 def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatch):
