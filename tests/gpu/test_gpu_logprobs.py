@@ -1,6 +1,7 @@
 """The trainer's log-prob passes on the device: the fused log-prob head (on CUDA TRL's Triton kernel, on CPU
-`minimind_trl.trainer.speed.fast_logprobs`) against plain logits and a full log-softmax, and the passes with each prompt
-computed once per group (`share_prompts: true`) against every prompt per completion, each in fp32 and bf16.
+`minimind_trl.trainer.speed.fast_logprobs`; the test checks which ran) against plain logits and a full log-softmax, and
+the passes with each prompt computed once per group (`share_prompts: true`) against every prompt per completion, each in
+fp32 and bf16.
 
 Tolerances: in fp32 both sides compute the same sums in another order (tiles, a chunked log-sum-exp, the prompt's keys
 and values computed apart): measured on CPU at most 2.4e-6 absolute on log-probs and entropies (size ~9) and 5e-7
@@ -43,8 +44,35 @@ def scored_batch(vocab_size: int, device: str, rows: int = 8, length: int = 40, 
     return input_ids.to(device), attention_mask.to(device), labels.to(device)
 
 
+HEAD_ON = {"cuda": "triton", "cpu": "minimind cpu path"}  # what computes the fused head on each device
+
+
+def record_head_paths(monkeypatch) -> list[str]:
+    """Which head computes each fused call: TRL's chunked function, by the branch its device check takes (`triton`
+    or its torch tiles), or minimind_trl's CPU path. Without this the test would pass on a GPU where TRL's Triton
+    kernel never ran (its torch fallback computes the same numbers)."""
+    from trl.kernels import chunked_logprob
+
+    from minimind_trl.trainer.speed import fast_logprobs
+
+    paths, use_triton, cpu_path = [], chunked_logprob._use_triton, fast_logprobs.selected_token_log_probs
+
+    def recorded_use_triton(device):
+        chosen = use_triton(device)
+        paths.append("triton" if chosen else "torch tiles")
+        return chosen
+
+    def recorded_cpu_path(*args, **kwargs):
+        paths.append("minimind cpu path")
+        return cpu_path(*args, **kwargs)
+
+    monkeypatch.setattr(chunked_logprob, "_use_triton", recorded_use_triton)
+    monkeypatch.setattr(fast_logprobs, "selected_token_log_probs", recorded_cpu_path)
+    return paths
+
+
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_fused_log_prob_head_equals_plain_logits(tokenizer, tmp_path, device, bf16):
+def test_fused_log_prob_head_equals_plain_logits(tokenizer, tmp_path, device, bf16, monkeypatch):
     trainer = build_trainer(tokenizer, tmp_path, tiny_policy(tokenizer), device, bf16)
     model = trainer.accelerator.prepare_model(trainer.model)  # accelerate's autocast in bf16, as train() prepares it
     input_ids, attention_mask, labels = scored_batch(len(tokenizer), device)
@@ -72,7 +100,10 @@ def test_fused_log_prob_head_equals_plain_logits(tokenizer, tmp_path, device, bf
         grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
         return logps.detach().cpu(), entropy.detach().cpu(), grads
 
-    fused, plain = run(True), run(False)
+    paths = record_head_paths(monkeypatch)
+    fused = run(True)
+    assert paths and set(paths) == {HEAD_ON[device]}, f"the fused head ran as {sorted(set(paths))} on {device}"
+    plain = run(False)
     mask = real.cpu()
     assert mask.sum() > 0 and plain[0][mask].abs().min() > 0  # real log-probs compared, not zeros
     logp_error = (fused[0] - plain[0])[mask].abs().max().item()
