@@ -29,6 +29,7 @@ compiled variants compiled for the CPU (no CUDA graphs there), so every part's p
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -160,7 +161,8 @@ class Job:
         self.command, self.start = command, time.perf_counter()
         self.deadline = self.start + timeout
         self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-        env = dict(env, GPU_CHECK_DEADLINE=f"{time.time() + timeout:.1f}")
+        # rounded down: a deadline read back must not lie past the moment the part is stopped
+        env = dict(env, GPU_CHECK_DEADLINE=f"{math.floor((time.time() + timeout) * 1000) / 1000:.3f}")
         self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=self.stdout, stderr=self.stderr, text=True,
                                         start_new_session=True)  # fmt: skip
 
