@@ -11,7 +11,8 @@ Parts (default: all, in this order; the benchmark second, so that a budget cut l
                    on any requirement of those six, or of a carried wheel, that the machine does not meet (the
                    wheels go in with --no-deps)
     bench          benchmarks/gpu_step.py: upstream's loop vs minimind-trl (default, share_prompts) at upstream's
-                   MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU
+                   MiniMind-3 defaults: s/step, generation tokens/s, peak GPU memory, MFU; then one more step per
+                   side under torch.profiler (benchmarks/step_profile.py: where the time goes)
     precision      tests/gpu/test_gpu_precision.py: bf16 vs fp32 GRPO step (MiniMind2/3, dense/MoE, grpo/cispo/dapo);
                    the InternLM2 reward model on the device in fp32/fp16/bf16 vs fp32 on the CPU
     logprobs       tests/gpu/test_gpu_logprobs.py: fused log-prob head vs plain logits; share_prompts on vs off
@@ -20,7 +21,7 @@ Parts (default: all, in this order; the benchmark second, so that a budget cut l
     resume         tests/gpu/test_gpu_training.py -k resume: a stopped run resumed from `last` = the uninterrupted run
     agent          tests/gpu/test_gpu_training.py -k agent: agent rollouts calling calculate_math, 3 steps
     bench_compile  benchmarks/gpu_step.py --no-seed: the static-cache compiled and reduce-overhead (CUDA graphs)
-                   variants
+                   variants, each profiled too
 
 `--cpu` runs the same parts on CPU: the tests' bodies with MINIMIND_TEST_DEVICE=cpu, the benchmark at tiny sizes, its
 compiled variants compiled for the CPU (no CUDA graphs there), so every part's path runs before a GPU is lent.
@@ -45,19 +46,19 @@ TESTS = "tests/gpu"
 # part: (what it runs, its time limit in seconds on a GPU, on CPU)
 PARTS = {
     "env": ("versions", 60, 60),
-    "bench": (["--variants", "default,share_prompts"], 330, 120),
+    "bench": (["--variants", "default,share_prompts", "--profile"], 330, 120),
     "precision": ([f"{TESTS}/test_gpu_precision.py", "tests/models/test_reward_models.py"], 150, 120),
     "logprobs": ([f"{TESTS}/test_gpu_logprobs.py"], 120, 120),
     "zero": ([f"{TESTS}/test_gpu_zero.py"], 240, 180),
     "lora": ([f"{TESTS}/test_gpu_training.py", "-k", "lora"], 90, 90),
     "resume": ([f"{TESTS}/test_gpu_training.py", "-k", "resume"], 120, 120),
     "agent": ([f"{TESTS}/test_gpu_training.py", "-k", "agent"], 120, 120),
-    "bench_compile": (["--no-seed", "--variants", "static_compile,reduce_overhead"], 330, 180),
+    "bench_compile": (["--no-seed", "--variants", "static_compile,reduce_overhead", "--profile"], 330, 180),
 }
 # seconds each part is expected to take on one H100/H200 (guesses: nothing has run there yet); a part starts only if
 # the time spent plus its guess fits the budget, and its limit is cut to what is left of the budget (30 s granted)
-GPU_GUESS = {"env": 15, "bench": 150, "precision": 40, "logprobs": 40, "lora": 30, "resume": 50, "agent": 40,
-             "zero": 80, "bench_compile": 200}  # fmt: skip
+GPU_GUESS = {"env": 15, "bench": 190, "precision": 40, "logprobs": 40, "lora": 30, "resume": 50, "agent": 40,
+             "zero": 80, "bench_compile": 240}  # fmt: skip
 PINNED = ("transformers",)  # must equal .ci/constraints.txt there (the others are reported)
 REQUIRED = ("transformers", "trl", "datasets", "deepspeed", "peft", "accelerate")  # the parts import them
 REPORTED = ("torch", "numpy", "transformers", "trl", "datasets", "deepspeed", "peft", "accelerate", "triton", "pytest",

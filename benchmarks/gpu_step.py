@@ -73,6 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variants", default="default,static_compile,reduce_overhead",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")  # fmt: skip
     parser.add_argument("--no-seed", action="store_true", help="skip (a), upstream's loop")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more step per side, untimed, under torch.profiler: its summary in the report "
+                        "(benchmarks/step_profile.py)")  # fmt: skip
     parser.add_argument("--side-timeout", type=float, default=300, help="seconds a side may take before it is stopped")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -126,6 +129,11 @@ def memory_peak_mb(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
 
 
+def emit(result: dict, device: str) -> None:
+    """A side's figures as one JSON line on stdout, at once: the parent reads the last such line."""
+    print(json.dumps({**result, "peak_memory_mb": memory_peak_mb(device)}), flush=True)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # (a) upstream's loop
 
@@ -134,6 +142,7 @@ def run_seed(args, workdir: Path) -> dict:
     import torch
     from grpo_step import load_shared, prompt_cut
     from seed_loop import SeedArgs, SeedGRPOLoop
+    from step_profile import profiled_step
 
     from minimind_trl import MiniMindForCausalLM
 
@@ -145,7 +154,7 @@ def run_seed(args, workdir: Path) -> dict:
     seed_args = SeedArgs(num_generations=args.generations, max_gen_len=args.new_tokens, min_new_tokens=args.new_tokens,
                          max_seq_len=prompt_cut(args), autocast_dtype=torch.bfloat16)  # fmt: skip
     loop = SeedGRPOLoop(policy, reference, tokenizer, lambda chat: reward_model.get_score(reward_tokenizer, chat),
-                        seed_args, total_steps=args.warmup + args.steps)  # fmt: skip
+                        seed_args, total_steps=args.warmup + args.steps + int(args.profile))  # fmt: skip
     records = []
     for index in range(args.warmup + args.steps):
         if index == args.warmup:
@@ -154,9 +163,15 @@ def run_seed(args, workdir: Path) -> dict:
     timed = records[args.warmup :]
     tokens = [r["stats"]["completion_tokens"] for r in timed]
     phases = {k: statistics.median(r["times"][k] for r in timed) for k in PHASES}
-    return {"s_per_step": statistics.median(r["times"]["total"] for r in timed), "phases": phases,
-            "completion_tokens_per_step": statistics.median(tokens), "precision": "bf16 autocast"
-            if args.device == "cuda" else "fp32"}  # fmt: skip
+    result = {"s_per_step": statistics.median(r["times"]["total"] for r in timed), "phases": phases,
+              "completion_tokens_per_step": statistics.median(tokens), "precision": "bf16 autocast"
+              if args.device == "cuda" else "fp32"}  # fmt: skip
+    if args.profile:  # one more step, untimed, under the profiler; the timed figures first (kept if it is stopped)
+        emit(result, args.device)
+        with profiled_step(args.device, lambda: synchronized(args.device)) as profile:
+            loop.step(prompts)
+        result["profile"] = profile
+    return result
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -215,6 +230,7 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
     import torch
     from datasets import Dataset
     from grpo_step import _PhaseRecorder, load_shared, log_prob_head, prompt_cut
+    from step_profile import profiled_step
     from transformers import TrainerCallback
 
     from minimind_trl.rewards import RewardModelReward, format_reward, tag_count_reward
@@ -222,7 +238,7 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
     from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
     tokenizer, reward_model, reward_tokenizer, conversations = load_shared(workdir)
-    rows, total_steps = args.prompts * args.generations, args.warmup + args.steps
+    rows, total_steps = args.prompts * args.generations, args.warmup + args.steps + int(args.profile)
     compiled = variant in COMPILED
     config = MiniMindGRPOConfig(
         output_dir=str(workdir / f"ours-{variant}"), use_cpu=args.device == "cpu", per_device_train_batch_size=rows,
@@ -245,37 +261,61 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
         def on_step_end(self, a, state, control, **kwargs):
             synchronized(device)
 
+    class ProfileLastStep(TrainerCallback):  # with --profile: the extra step after the timed ones
+        def __init__(self):
+            self.block, self.profile = None, None
+
+        def on_step_begin(self, a, state, control, **kwargs):
+            if args.profile and state.global_step == args.warmup + args.steps:
+                emit(measured(), device)  # the timed figures first: a side stopped while profiling keeps them
+                self.block = profiled_step(device, lambda: synchronized(device))
+                self.profile = self.block.__enter__()
+
+        def on_step_end(self, a, state, control, **kwargs):
+            if self.block is not None:
+                self.block.__exit__(None, None, None)
+                self.block = None
+
+    profiler = ProfileLastStep()
     torch.manual_seed(42)
+    # the profiler's callback before the recorder's: at the profiled step's begin the recorder has not opened it yet
     trainer = MiniMindGRPOTrainer(
         str(workdir / "policy"), reward_funcs=[format_reward, tag_count_reward, RewardModelReward(scorer, tokenizer=tokenizer)],
         args=config, train_dataset=Dataset.from_dict({"prompt": conversations * total_steps}),
-        processing_class=tokenizer, callbacks=[Synchronize(), recorder.callback()],
+        processing_class=tokenizer, callbacks=[Synchronize(), profiler, recorder.callback()],
     )  # fmt: skip
     levers = {"log_prob_head": log_prob_head(trainer.accelerator.unwrap_model(trainer.model)),
               "shared_prompts": trainer._shares_prompts, "lean_sampler": trainer._sampler is not None,
               "decode_precision": decode_precision(trainer),
               "cache_implementation": trainer.generation_config.cache_implementation}  # fmt: skip
-    skips = LoggedWarnings(cudagraphs_logger()) if compiled else contextlib.nullcontext([])
-    with recorder.trl_spans(), skips as skip_reasons:
+    skips = LoggedWarnings(cudagraphs_logger()) if compiled else None
+    skip_reasons = skips.messages if skips else []
+
+    def measured() -> dict:
+        """The timed steps' figures, after the checks that make them this variant's."""
+        if compiled:  # the compiled forward really ran (transformers keeps it on the model once built)
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            levers["compiled_forward"] = getattr(model, "_compiled_call", None) is not None
+            if not levers["compiled_forward"]:
+                raise RuntimeError(f"variant {variant}: generate did not compile the forward (static cache not taken?)")
+            levers.update(compile_counters(skip_reasons))
+            if device == "cuda" and COMPILED[variant] == "reduce-overhead" and levers["cudagraph_skips"]:
+                # inductor falls back to the plain compiled graph and goes on: its speed would not be CUDA graphs'
+                raise RuntimeError(f"variant {variant}: CUDA graphs skipped {levers['cudagraph_skips']} time(s): "
+                                   f"{'; '.join(levers['cudagraph_skip_reasons'])[:1500]}")  # fmt: skip
+        steps = recorder.step_times()[args.warmup : args.warmup + args.steps]
+        lengths = recorder.logged_lengths
+        if any(length != (args.new_tokens, args.new_tokens) for length in lengths):
+            raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens}")
+        phases = {k: statistics.median(t[k] for t in steps) for k in PHASES}
+        return {"s_per_step": statistics.median(t["total"] for t in steps), "phases": phases,
+                "completion_tokens_per_step": rows * args.new_tokens, "levers": dict(levers),
+                "precision": "bf16" if trainer.args.bf16 else "fp32"}  # fmt: skip
+
+    with recorder.trl_spans(), skips or contextlib.nullcontext():
         trainer.train()
-    if compiled:  # the compiled forward really ran (transformers keeps it on the model once built)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        levers["compiled_forward"] = getattr(model, "_compiled_call", None) is not None
-        if not levers["compiled_forward"]:
-            raise RuntimeError(f"variant {variant}: generate did not compile the forward (static cache not taken?)")
-        levers.update(compile_counters(skip_reasons))
-        if device == "cuda" and COMPILED[variant] == "reduce-overhead" and levers["cudagraph_skips"]:
-            # inductor falls back to the plain compiled graph and goes on: its speed would not be CUDA graphs'
-            raise RuntimeError(f"variant {variant}: CUDA graphs skipped {levers['cudagraph_skips']} time(s): "
-                               f"{'; '.join(levers['cudagraph_skip_reasons'])[:1500]}")  # fmt: skip
-    steps = recorder.step_times()[args.warmup :]
-    lengths = recorder.logged_lengths
-    if any(length != (args.new_tokens, args.new_tokens) for length in lengths):
-        raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens}")
-    phases = {k: statistics.median(t[k] for t in steps) for k in PHASES}
-    return {"s_per_step": statistics.median(t["total"] for t in steps), "phases": phases,
-            "completion_tokens_per_step": rows * args.new_tokens, "levers": levers,
-            "precision": "bf16" if trainer.args.bf16 else "fp32"}  # fmt: skip
+    result = measured()
+    return {**result, "profile": profiler.profile} if profiler.profile is not None else result
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -307,12 +347,35 @@ def child(role: str, argv: list[str], workdir: Path, timeout: float) -> dict:
     start = time.perf_counter()
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "error": f"stopped after {timeout:.0f} s"}
+    except subprocess.TimeoutExpired as stopped:
+        error = f"stopped after {timeout:.0f} s"
+        figures = last_json_line(stopped.stdout)
+        if figures is None or "--profile" not in argv:
+            return {"status": "timeout", "error": error}
+        return {"status": "ok", "wall_s": time.perf_counter() - start, **figures,
+                "profile": {"error": f"{error}, while profiling"}}  # fmt: skip
+    figures = last_json_line(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-3000:] + result.stderr[-6000:])
-        return {"status": "failed", "error": (result.stderr.strip().splitlines() or ["?"])[-1][-500:]}
-    return {"status": "ok", "wall_s": time.perf_counter() - start, **json.loads(result.stdout.strip().splitlines()[-1])}
+        error = (result.stderr.strip().splitlines() or ["?"])[-1][-500:]
+        if figures is None or "--profile" not in argv:
+            return {"status": "failed", "error": error}
+        # the timed figures came out before the profiled step broke: kept, and the profile's error reported
+        return {"status": "ok", "wall_s": time.perf_counter() - start, **figures, "profile": {"error": error}}
+    return {"status": "ok", "wall_s": time.perf_counter() - start, **figures}
+
+
+def last_json_line(stdout: str | bytes | None) -> dict | None:
+    """The last complete JSON object line of a side's output (a stopped side's output may end mid-line)."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode(errors="replace")
+    for line in reversed((stdout or "").strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
 
 
 def side_timeout(longest: float, sides_left: int, margin: float = 15.0) -> float:
@@ -342,6 +405,14 @@ def report(args, results: dict, flops: float, peak: dict) -> dict:
             print(f"{side:<24}{'ok':>9}{r['s_per_step']:>9.3f}{r['phases']['generation']:>8.3f}"
                   f"{r['gen_tokens_per_s']:>11.1f}{r['peak_memory_mb'] or float('nan'):>10.0f}{r['mfu']:>8.1%}"
                   f"{r.get('speedup_vs_seed', 1.0):>8.2f}x")  # fmt: skip
+            prof = r.get("profile")
+            if prof and "error" in prof:
+                print(f"  profiled step: failed: {prof['error']}")
+            elif prof:
+                busy = f"{prof['device_busy']:.0%}" if prof["device_events"] else "n/a"
+                print(f"  profiled step: {prof['wall_s']:.3f} s, device busy {busy} ({prof['device_events']} device "
+                      f"events), {prof['launches']} kernel launches ({prof['launch_cpu_s']:.3f} s of CPU), "
+                      f"{prof['graph_launches']} CUDA graph replays")  # fmt: skip
         else:
             print(f"{side:<24}{r['status']:>9}  {r.get('error', r.get('reason', ''))}")
         summary["sides"][side] = r
@@ -359,7 +430,7 @@ def main(argv=None) -> int:
         memory_reset(args.device)
         workdir = Path(args.workdir)
         result = run_seed(args, workdir) if args.role == "seed" else run_ours(args, workdir, args.role.split(":")[1])
-        print(json.dumps({**result, "peak_memory_mb": memory_peak_mb(args.device)}))
+        emit(result, args.device)
         return 0
     import torch
     from grpo_step import prepare
@@ -380,7 +451,8 @@ def main(argv=None) -> int:
     sheet = next((tflops for key, tflops in DATASHEET_BF16_TFLOPS.items() if key in name), None)
     summary = report(args, results, flops, {"gpu": name, **peak, "datasheet_bf16_tflops": sheet})
     print(json.dumps(summary))
-    return 0 if all(r["status"] in ("ok", "skipped") for r in results.values()) else 1
+    profile_failed = any("error" in r.get("profile", {}) for r in results.values())  # the figures kept, but loud
+    return 0 if all(r["status"] in ("ok", "skipped") for r in results.values()) and not profile_failed else 1
 
 
 if __name__ == "__main__":

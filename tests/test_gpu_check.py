@@ -56,6 +56,9 @@ def test_the_benchmark_reports_both_sides(cpu_check):
         assert side["completion_tokens_per_step"] == 2 * 2 * 4 and side["peak_memory_mb"] is None  # no GPU memory
         assert (name == "seed") == ("speedup_vs_seed" not in side)
     assert summary["sides"]["ours:share_prompts"]["levers"]["shared_prompts"] is True
+    for name, side in summary["sides"].items():  # --profile: one more step each, its profile (no device on CPU)
+        profile = side["profile"]
+        assert profile["wall_s"] > 0 and profile["device_events"] == 0 and profile["top_self_cpu"], (name, profile)
     # the lean sampler decodes in its weights' dtype: bf16 only where bf16 training meets a bf16-native CPU
     default = summary["sides"]["ours:default"]
     assert default["levers"]["decode_precision"] in (("bfloat16", "float32") if default["precision"] == "bf16"
@@ -84,6 +87,7 @@ def test_the_compiled_variants_run_on_cpu_through_the_static_cache_and_a_compile
     assert [side["levers"]["cudagraph_skip_reasons"] for side in sides.values()] == [[], []]
     for side in sides.values():  # stock `generate` calls the forward accelerate wraps in autocast
         assert side["levers"]["decode_precision"] == ("bf16 autocast" if side["precision"] == "bf16" else "float32")
+        assert side["profile"]["top_self_cpu"] and side["profile"]["graph_launches"] == 0
 
 
 def test_a_skip_of_cuda_graphs_says_why():
@@ -301,6 +305,34 @@ def test_the_gpu_form_without_the_carried_wheels_stops_before_any_part(tmp_path)
     assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-2000:]
     assert "no trl on this machine" in result.stderr and "carry" in result.stderr
     assert not (tmp_path / "out" / "gpu_check.json").exists()  # no part ran
+
+
+FIGURES = {"s_per_step": 1.5, "phases": {"generation": 1.0}, "completion_tokens_per_step": 8, "peak_memory_mb": 9.0}
+
+
+@pytest.mark.parametrize("ending", ["stopped", "crashed"])
+def test_a_side_stopped_or_broken_while_profiling_keeps_its_timed_figures(monkeypatch, tmp_path, ending):
+    """The profiled step comes after the timed ones and the side prints its figures before it: a side stopped at its
+    limit, or whose profiler breaks (CUDA's has never run here), keeps the speed ratio's figures and reports the
+    profile's error; without --profile the same ending is a timeout or a failure, as before."""
+    import subprocess
+
+    import gpu_step
+
+    partial = json.dumps(FIGURES) + "\n" + '{"s_per_st'  # killed while writing another line
+
+    def run(command, **kwargs):
+        if ending == "stopped":
+            raise subprocess.TimeoutExpired(command, 5, output=partial.encode())  # bytes, as run() leaves them
+        return subprocess.CompletedProcess(command, 1, stdout=partial, stderr="RuntimeError: CUPTI broke\n")
+
+    monkeypatch.setattr(gpu_step.subprocess, "run", run)
+    side = gpu_step.child("seed", ["--profile"], tmp_path, timeout=5)
+    assert side["status"] == "ok" and side["s_per_step"] == 1.5 and side["peak_memory_mb"] == 9.0
+    assert side["profile"]["error"] == ("stopped after 5 s, while profiling" if ending == "stopped"
+                                        else "RuntimeError: CUPTI broke")  # fmt: skip
+    side = gpu_step.child("seed", [], tmp_path, timeout=5)
+    assert side["status"] == ("timeout" if ending == "stopped" else "failed") and "s_per_step" not in side
 
 
 def test_benchmark_sides_share_what_is_left_of_the_part(monkeypatch):
