@@ -159,11 +159,11 @@ class Job:
     times out before it, and reports."""
 
     def __init__(self, command: list[str], env: dict, timeout: float):
-        self.command, self.start = command, time.perf_counter()
+        self.command, self.start, wall_start = command, time.perf_counter(), time.time()
         self.deadline = self.start + timeout
         self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         # rounded down: a deadline read back must not lie past the moment the part is stopped
-        env = dict(env, GPU_CHECK_DEADLINE=f"{math.floor((time.time() + timeout) * 1000) / 1000:.3f}")
+        env = dict(env, GPU_CHECK_DEADLINE=f"{math.floor((wall_start + timeout) * 1000) / 1000:.3f}")
         self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=self.stdout, stderr=self.stderr, text=True,
                                         start_new_session=True)  # fmt: skip
 
@@ -182,15 +182,16 @@ class Job:
         return code, stdout + stderr, seconds, stdout
 
     def end_group(self) -> None:
-        """Stop the part's process group and every descendant outside it (a launcher started in a session of its own,
-        as tests/gpu's `run_launch` starts `accelerate launch`, escapes the group): SIGTERM, then SIGKILL to what is
-        left after a few seconds."""
+        """Stop the part's process group, and, where the part is still running (stopped at its limit), every
+        descendant outside the group (a launcher started in a session of its own, as tests/gpu's `run_launch` starts
+        `accelerate launch`): SIGTERM, then SIGKILL to what is left after a few seconds. A part that ended by itself
+        has been reaped: its descendants can no longer be traced, and its pid may be another process's by now."""
         import psutil
 
-        try:  # found before anything is signalled: once their parent is gone they hang from init, untraceable
-            strays = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            strays = []
+        strays = []
+        if self.process.returncode is None:  # still running (or unreaped): its pid is its own
+            with contextlib.suppress(psutil.NoSuchProcess):  # found before any signal: orphans hang from init
+                strays = psutil.Process(self.process.pid).children(recursive=True)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError):  # the group is gone: its processes have ended
                 os.killpg(self.process.pid, sig)
@@ -368,8 +369,9 @@ def environments(args) -> tuple[dict, dict]:
     else:
         env.setdefault("NCCL_DEBUG", "WARN")  # a failing ZeRO launch says why in the log (NCCL has not run there)
     test_env = dict(env)
-    if args.jobs > 1:
-        test_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    side_by_side_parts = min(args.jobs, sum(runs_tests(part) for part in args.parts))
+    if side_by_side_parts > 1:
+        test_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // side_by_side_parts)))
     return env, test_env
 
 

@@ -129,9 +129,13 @@ def memory_peak_mb(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
 
 
-def emit(result: dict, device: str) -> None:
+def with_peak(result: dict, device: str) -> dict:
+    return {**result, "peak_memory_mb": memory_peak_mb(device)}
+
+
+def emit(result: dict) -> None:
     """A side's figures as one JSON line on stdout, at once: the parent reads the last such line."""
-    print(json.dumps({**result, "peak_memory_mb": memory_peak_mb(device)}), flush=True)
+    print(json.dumps(result), flush=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -163,11 +167,11 @@ def run_seed(args, workdir: Path) -> dict:
     timed = records[args.warmup :]
     tokens = [r["stats"]["completion_tokens"] for r in timed]
     phases = {k: statistics.median(r["times"][k] for r in timed) for k in PHASES}
-    result = {"s_per_step": statistics.median(r["times"]["total"] for r in timed), "phases": phases,
-              "completion_tokens_per_step": statistics.median(tokens), "precision": "bf16 autocast"
-              if args.device == "cuda" else "fp32"}  # fmt: skip
+    result = with_peak({"s_per_step": statistics.median(r["times"]["total"] for r in timed), "phases": phases,
+                        "completion_tokens_per_step": statistics.median(tokens), "precision": "bf16 autocast"
+                        if args.device == "cuda" else "fp32"}, args.device)  # fmt: skip
     if args.profile:  # one more step, untimed, under the profiler; the timed figures first (kept if it is stopped)
-        emit(result, args.device)
+        emit(result)
         with profiled_step(args.device, lambda: synchronized(args.device)) as profile:
             loop.step(prompts)
         result["profile"] = profile
@@ -263,11 +267,14 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
 
     class ProfileLastStep(TrainerCallback):  # with --profile: the extra step after the timed ones
         def __init__(self):
-            self.block, self.profile = None, None
+            self.block, self.profile, self.timed = None, None, None
 
         def on_step_begin(self, a, state, control, **kwargs):
             if args.profile and state.global_step == args.warmup + args.steps:
-                emit(measured(), device)  # the timed figures first: a side stopped while profiling keeps them
+                # the timed figures (peak memory included) before the profiled step: what the side reports, and
+                # what it keeps if it is stopped while profiling
+                self.timed = with_peak(measured(), device)
+                emit(self.timed)
                 self.block = profiled_step(device, lambda: synchronized(device))
                 self.profile = self.block.__enter__()
 
@@ -314,8 +321,9 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
 
     with recorder.trl_spans(), skips or contextlib.nullcontext():
         trainer.train()
-    result = measured()
-    return {**result, "profile": profiler.profile} if profiler.profile is not None else result
+    if profiler.timed is None:
+        return with_peak(measured(), device)
+    return {**profiler.timed, "profile": profiler.profile}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -366,15 +374,17 @@ def child(role: str, argv: list[str], workdir: Path, timeout: float) -> dict:
 
 
 def last_json_line(stdout: str | bytes | None) -> dict | None:
-    """The last complete JSON object line of a side's output (a stopped side's output may end mid-line)."""
+    """The last line of a side's output that holds its figures (a stopped side's output may end mid-line)."""
     if isinstance(stdout, bytes):
         stdout = stdout.decode(errors="replace")
     for line in reversed((stdout or "").strip().splitlines()):
         if line.startswith("{"):
             try:
-                return json.loads(line)
+                figures = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(figures, dict) and "s_per_step" in figures:
+                return figures
     return None
 
 
@@ -430,7 +440,7 @@ def main(argv=None) -> int:
         memory_reset(args.device)
         workdir = Path(args.workdir)
         result = run_seed(args, workdir) if args.role == "seed" else run_ours(args, workdir, args.role.split(":")[1])
-        emit(result, args.device)
+        emit(result)
         return 0
     import torch
     from grpo_step import prepare

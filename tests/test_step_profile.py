@@ -42,3 +42,68 @@ def test_profiled_step_times_the_block_and_fills_the_summary_when_it_ends():
     assert edges == ["synchronized", "synchronized"]
     assert profile["wall_s"] > 0 and profile["top_self_cpu"] and profile["top_device"] == []
     assert {row["name"] for row in profile["top_self_cpu"]} >= {"aten::mm"}
+
+
+class Event:
+    """A kineto event as torch's `_KinetoEvent` presents it (times in ns)."""
+
+    def __init__(self, name, start, end, device="cpu", thread=1, correlation=0, linked=0, annotation=False):
+        self._name, self._start, self._end, self._device = name, start, end, device
+        self._thread, self._correlation, self._linked, self._annotation = thread, correlation, linked, annotation
+
+    def name(self):
+        return self._name
+
+    def start_ns(self):
+        return self._start
+
+    def end_ns(self):
+        return self._end
+
+    def duration_ns(self):
+        return self._end - self._start
+
+    def device_type(self):
+        return self._device
+
+    def start_thread_id(self):
+        return self._thread
+
+    def correlation_id(self):
+        return self._correlation
+
+    def linked_correlation_id(self):
+        return self._linked
+
+    def is_async(self):
+        return False
+
+    def is_user_annotation(self):
+        return self._annotation
+
+
+def test_a_cuda_profile_counts_launches_under_their_operator_and_the_device_busy_once():
+    """What a CUDA trace holds (never seen on CPU): an operator on RecordFunction's thread id, its kernel launch on the
+    system's thread id linked to it, its kernel and a copy on the device, overlapping kernels, and a `record_function`
+    range mirrored on the device (not device work)."""
+    from step_profile import summarise
+
+    us = 1000
+    events = [
+        Event("aten::mm", 0, 100 * us, thread=1, correlation=7),
+        Event("cudaLaunchKernel", 10 * us, 40 * us, thread=4242, correlation=8, linked=7),
+        Event("sm90_xmma_gemm", 50 * us, 150 * us, device="cuda", linked=7),
+        Event("triton_red_fused", 140 * us, 155 * us, device="cuda", linked=9),
+        Event("Memcpy HtoD (Pageable -> Device)", 160 * us, 170 * us, device="cuda"),
+        Event("## generate ##", 0, 300 * us, device="cuda", annotation=True),
+    ]
+    profile = summarise(events, wall_s=400e-6, cpu_type="cpu")
+    cpu = {row["name"]: row for row in profile["top_self_cpu"]}
+    assert cpu["aten::mm"]["seconds"] == 70e-6 and cpu["cudaLaunchKernel"]["seconds"] == 30e-6
+    assert profile["device_events"] == 3 and profile["kernels"] == 2 and profile["launches"] == 1
+    assert abs(profile["device_busy_s"] - 115e-6) < 1e-12 and abs(profile["device_busy"] - 115 / 400) < 1e-9
+    assert profile["truncated"] is False and profile["launch_cpu_s"] == 30e-6
+    assert [row["name"] for row in profile["top_device"]][0] == "sm90_xmma_gemm"
+    # fewer kernels recorded than launched: kineto stopped tracing the device, and the busy share reads low
+    second_launch = Event("cudaLaunchKernel", 60 * us, 70 * us, thread=4242, correlation=10, linked=11)
+    assert summarise(events[:2] + [events[2], second_launch], 400e-6, "cpu")["truncated"] is True
