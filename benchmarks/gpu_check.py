@@ -153,10 +153,10 @@ print(json.dumps(found))
 
 class Job:
     """One part's subprocess, started at once and finished later (test parts run side by side): in a process group of
-    its own, so that at its limit, or when it ends, the whole group goes with every descendant that left it (a
-    launcher's workers too: nothing a part started outlives it on the GPU); its output in files, into the log as one
-    block when it ends. The part's end is exported as `GPU_CHECK_DEADLINE` (epoch seconds): a test's own subprocess
-    times out before it, and reports."""
+    its own, so that when it ends the whole group goes, and at its limit every descendant that left the group too (a
+    launcher's workers: nothing a stopped part started outlives it on the GPU); its output in files, into the log as
+    one block when it ends. The part's end is exported as `GPU_CHECK_DEADLINE` (epoch seconds): a test's own
+    subprocess times out before it, and reports."""
 
     def __init__(self, command: list[str], env: dict, timeout: float):
         self.command, self.start, wall_start = command, time.perf_counter(), time.time()

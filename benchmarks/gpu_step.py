@@ -422,7 +422,8 @@ def report(args, results: dict, flops: float, peak: dict) -> dict:
                 busy = f"{prof['device_busy']:.0%}" if prof["device_events"] else "n/a"
                 print(f"  profiled step: {prof['wall_s']:.3f} s, device busy {busy} ({prof['device_events']} device "
                       f"events), {prof['launches']} kernel launches ({prof['launch_cpu_s']:.3f} s of CPU), "
-                      f"{prof['graph_launches']} CUDA graph replays")  # fmt: skip
+                      f"{prof['graph_launches']} CUDA graph replays"
+                      + ("; TRUNCATED: fewer kernels recorded than launched" if prof["truncated"] else ""))  # fmt: skip
         else:
             print(f"{side:<24}{r['status']:>9}  {r.get('error', r.get('reason', ''))}")
         summary["sides"][side] = r
