@@ -356,21 +356,21 @@ def child(role: str, argv: list[str], workdir: Path, timeout: float) -> dict:
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as stopped:
-        error = f"stopped after {timeout:.0f} s"
-        figures = last_json_line(stopped.stdout)
-        if figures is None or "--profile" not in argv:
-            return {"status": "timeout", "error": error}
-        return {"status": "ok", "wall_s": time.perf_counter() - start, **figures,
-                "profile": {"error": f"{error}, while profiling"}}  # fmt: skip
-    figures = last_json_line(result.stdout)
-    if result.returncode != 0:
-        sys.stderr.write(result.stdout[-3000:] + result.stderr[-6000:])
-        error = (result.stderr.strip().splitlines() or ["?"])[-1][-500:]
-        if figures is None or "--profile" not in argv:
-            return {"status": "failed", "error": error}
-        # the timed figures came out before the profiled step broke: kept, and the profile's error reported
-        return {"status": "ok", "wall_s": time.perf_counter() - start, **figures, "profile": {"error": error}}
-    return {"status": "ok", "wall_s": time.perf_counter() - start, **figures}
+        status, stdout, error = "timeout", stopped.stdout, f"stopped after {timeout:.0f} s"
+    else:
+        status, stdout, error = "ok" if result.returncode == 0 else "failed", result.stdout, None
+        if status == "failed":
+            sys.stderr.write(result.stdout[-3000:] + result.stderr[-6000:])
+            error = (result.stderr.strip().splitlines() or ["?"])[-1][-500:]
+    figures = last_json_line(stdout)
+    if status == "ok":
+        return {"status": "ok", "wall_s": time.perf_counter() - start, **figures}
+    if figures is None or "--profile" not in argv:
+        return {"status": status, "error": error}
+    # the timed figures came out before the profiled step was stopped or broke: kept, and the profile's error reported
+    while_profiling = ", while profiling" if status == "timeout" else ""
+    return {"status": "ok", "wall_s": time.perf_counter() - start, **figures,
+            "profile": {"error": error + while_profiling}}  # fmt: skip
 
 
 def last_json_line(stdout: str | bytes | None) -> dict | None:

@@ -92,11 +92,9 @@ def summarise(events, wall_s: float, cpu_type, top: int = 12) -> dict:
                 cpu.append(event)
         elif not event.is_user_annotation():  # a `record_function` range mirrored on the device: not device work
             device.append(event)
-    device_rows: dict[str, list] = {}
+    device_rows: dict[str, list] = {}  # name: [calls, seconds], as `self_times`' rows (a kernel's time is its own)
     for event in device:
-        row = device_rows.setdefault(event.name(), [0, 0.0])
-        row[0] += 1
-        row[1] += event.duration_ns() / 1e9
+        add_self(device_rows, event.name(), event.duration_ns())
     busy = busy_seconds([(event.start_ns(), event.end_ns()) for event in device])
     kernels = sum(not event.name().startswith(COPY_PREFIXES) for event in device)
     launches = [event for event in cpu if event.name() in LAUNCH_NAMES]
