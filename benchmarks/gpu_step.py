@@ -133,6 +133,13 @@ def with_peak(result: dict, device: str) -> dict:
     return {**result, "peak_memory_mb": memory_peak_mb(device)}
 
 
+def step_medians(step_times: list[dict]) -> dict:
+    """s/step and each phase's seconds: medians over the timed steps (each a dict of `total` and the PHASES), as both
+    sides record them."""
+    return {"s_per_step": statistics.median(t["total"] for t in step_times),
+            "phases": {k: statistics.median(t[k] for t in step_times) for k in PHASES}}  # fmt: skip
+
+
 def emit(result: dict) -> None:
     """A side's figures as one JSON line on stdout, at once: the parent reads the last such line."""
     print(json.dumps(result), flush=True)
@@ -314,9 +321,7 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
         lengths = recorder.logged_lengths
         if any(length != (args.new_tokens, args.new_tokens) for length in lengths):
             raise RuntimeError(f"completion lengths (min, max) per step {lengths}; expected {args.new_tokens}")
-        phases = {k: statistics.median(t[k] for t in steps) for k in PHASES}
-        return {"s_per_step": statistics.median(t["total"] for t in steps), "phases": phases,
-                "completion_tokens_per_step": rows * args.new_tokens, "levers": dict(levers),
+        return {**step_medians(steps), "completion_tokens_per_step": rows * args.new_tokens, "levers": dict(levers),
                 "precision": "bf16" if trainer.args.bf16 else "fp32"}  # fmt: skip
 
     with recorder.trl_spans(), skips or contextlib.nullcontext():
