@@ -109,16 +109,6 @@ def subprocess_env(**extra) -> dict:
     return env
 
 
-def end_without_finalizing(trainer) -> None:
-    """`trainer.end()`, then leave a 2-process script without the interpreter's finalization: a gloo worker thread
-    that frees a collective's tensors while it runs aborts the process after the work is done (pytorch#179291; 1 run
-    in ~20 of these scripts, rank 1). The scripts check the computation, not the exit."""
-    trainer.end()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 # --------------------------------------------------------------------------- rewards used by recipes
 
 

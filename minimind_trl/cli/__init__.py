@@ -7,11 +7,15 @@ It imports a subcommand lazily, so `minimind-trl convert` does not pay for impor
 
 Modules: `recipe` -> `run_plan` -> `build` (with `policy`) -> `grpo` -> `hub` are the stages of
 `minimind-trl grpo`; `minimind-trl demo` runs them on an embedded default from `minimind_trl.demos` (imported by
-name, like every subcommand: the demos sit above the commands).
+name, like every subcommand: the demos sit above the commands). `process_exit` ends the process: a process of a
+distributed launch leaves without the interpreter's finalization, where gloo can abort it.
 """
 
 import importlib
 import sys
+from typing import NoReturn
+
+from .process_exit import exit_process
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
@@ -55,5 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(command, rest)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def console() -> NoReturn:
+    """The `minimind-trl` executable: `main()`, then the process ends by `exit_process` (see `process_exit`)."""
+    exit_process(main())

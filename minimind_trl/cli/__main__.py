@@ -1,7 +1,5 @@
 """`python -m minimind_trl.cli ...`: the `minimind-trl` command."""
 
-import sys
+from . import console
 
-from . import main
-
-sys.exit(main())
+console()

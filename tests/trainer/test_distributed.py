@@ -162,7 +162,8 @@ import json, os, sys
 import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
-from grpo_fixtures import PROMPTS, end_without_finalizing, token_reward
+from grpo_fixtures import PROMPTS, token_reward
+from minimind_trl.cli.process_exit import exit_process
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
@@ -210,7 +211,8 @@ trainer = Recording(
 trainer.train()
 if rank == 0:
     torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), f"{out}/final.pt")
-end_without_finalizing(trainer)
+trainer.end()
+exit_process(0)  # a launched process leaves without the gloo abort at exit (minimind_trl.cli.process_exit)
 """
 
 

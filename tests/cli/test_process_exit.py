@@ -1,0 +1,102 @@
+"""How a `minimind-trl` process ends (`minimind_trl.cli.process_exit`): a launched process runs what the interpreter
+runs at exit except its finalization, so a gloo worker thread cannot abort it once its work is done."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import free_port
+
+from minimind_trl.cli import process_exit
+from minimind_trl.cli.process_exit import exit_process
+
+# Loaded from its file: the module needs only the standard library, and importing the package (transformers) would
+# triple each process's start.
+LOAD_EXIT_PROCESS = f"""
+import importlib.util
+_spec = importlib.util.spec_from_file_location("process_exit", {process_exit.__file__!r})
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+exit_process = _module.exit_process
+"""
+
+ENDING = LOAD_EXIT_PROCESS + """
+import atexit, sys, threading, time
+
+class Finalized:
+    def __del__(self):
+        sys.stderr.write("finalized\\n")
+
+FINALIZED = Finalized()  # its __del__ runs only in the interpreter's finalization
+atexit.register(lambda: sys.stderr.write("atexit ran\\n"))
+threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write("thread done\\n"))).start()
+sys.stdout.write("buffered, no newline")  # a pipe's stdout is block-buffered: only a flush writes it
+exit_process(3)
+"""
+
+# A 2-process gloo group that something else still holds at exit (DeepSpeed and DDP do): its worker threads free
+# collectives' tensors while the interpreter shuts down, and the process aborts (pytorch#179291), the way `accelerate
+# launch` runs of `minimind-trl grpo` did in CI. The unwaited all-gathers make it likely: with `sys.exit` in place of
+# `exit_process`, 16 of 20 processes aborted here (a bare last all-gather: 3 of 20).
+GLOO_RANK = LOAD_EXIT_PROCESS + """
+import sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+for _ in range(3):
+    gathered = [torch.empty(1000) for _ in range(2)]
+    dist.all_gather(gathered, torch.full((1000,), float(dist.get_rank())))
+for _ in range(20):  # dropped unwaited: the worker threads free them, GIL in hand, whenever they are done
+    dist.all_gather([torch.empty(1000) for _ in range(2)], torch.ones(1000), async_op=True)
+HELD = dist.distributed_c10d._get_default_group()
+dist.destroy_process_group()
+exit_process(0)
+"""
+GLOO_RUNS = 5
+
+
+def run_script(source: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key not in ("WORLD_SIZE", "RANK")}
+    environment.update(env)
+    command = [sys.executable, "-c", textwrap.dedent(source)]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
+
+
+def test_a_single_process_exits_the_usual_way(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        exit_process(3)
+    assert exited.value.code == 3
+
+
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_a_launched_process_runs_the_exit_steps_but_not_the_finalization(world_size):
+    result = run_script(ENDING, WORLD_SIZE=world_size)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == "buffered, no newline"
+    lines = result.stderr.splitlines()
+    assert lines[:2] == ["thread done", "atexit ran"], result.stderr  # the thread is joined before the handlers
+    assert ("finalized" in lines) == (world_size == "1"), result.stderr
+
+
+def test_launched_gloo_processes_end_with_their_code():
+    failures = []
+    for run in range(GLOO_RUNS):
+        port = str(free_port())
+        ranks = [
+            subprocess.Popen(
+                [sys.executable, "-c", GLOO_RANK],
+                env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2",
+                     "RANK": str(rank), "OMP_NUM_THREADS": "1"},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            for rank in (0, 1)
+        ]
+        for rank, process in enumerate(ranks):
+            _, stderr = process.communicate(timeout=120)
+            if process.returncode != 0:
+                failures.append(f"run {run} rank {rank}: exit {process.returncode}: {stderr[-300:]}")
+    assert not failures, "\n".join(failures)
