@@ -95,8 +95,12 @@ def test_launched_gloo_processes_end_with_their_code():
             )  # fmt: skip
             for rank in (0, 1)
         ]
-        for rank, process in enumerate(ranks):
-            _, stderr = process.communicate(timeout=120)
-            if process.returncode != 0:
-                failures.append(f"run {run} rank {rank}: exit {process.returncode}: {stderr[-300:]}")
+        try:
+            for rank, process in enumerate(ranks):
+                _, stderr = process.communicate(timeout=120)
+                if process.returncode != 0:
+                    failures.append(f"run {run} rank {rank}: exit {process.returncode}: {stderr[-300:]}")
+        finally:
+            for process in ranks:
+                process.kill()  # a no-op for an ended process; a hung rank is not left behind
     assert not failures, "\n".join(failures)
