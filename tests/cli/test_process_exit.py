@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import free_port
@@ -57,6 +58,23 @@ exit_process(0)
 """
 GLOO_RUNS = 5
 
+# Put first on PYTHONPATH, it gives any program an object that reports the interpreter's finalization.
+FINALIZATION_PROBE = """
+import sys
+
+class _Finalized:
+    def __del__(self):
+        sys.stderr.write("finalized\\n")
+
+_FINALIZED = _Finalized()
+"""
+MINIMIND_TRL = str(Path(sys.executable).with_name("minimind-trl"))  # the installed executable (pyproject's scripts)
+ENTRY_POINTS = {
+    "executable": ([MINIMIND_TRL], 0),  # no command: the usage, exit 0
+    "python -m minimind_trl.cli": ([sys.executable, "-m", "minimind_trl.cli"], 0),
+    "python -m minimind_trl.grpo": ([sys.executable, "-m", "minimind_trl.grpo", "--config", "missing.yaml"], 2),
+}
+
 
 def run_script(source: str, **env: str) -> subprocess.CompletedProcess:
     environment = {key: value for key, value in os.environ.items() if key not in ("WORLD_SIZE", "RANK")}
@@ -80,6 +98,20 @@ def test_a_launched_process_runs_the_exit_steps_but_not_the_finalization(world_s
     lines = result.stderr.splitlines()
     assert lines[:2] == ["thread done", "atexit ran"], result.stderr  # the thread is joined before the handlers
     assert ("finalized" in lines) == (world_size == "1"), result.stderr
+
+
+@pytest.mark.parametrize(
+    "entry, world_size", [(entry, "2") for entry in ENTRY_POINTS] + [("executable", "1")], ids=lambda value: value
+)
+def test_every_entry_point_ends_through_exit_process(entry, world_size, tmp_path):
+    """`accelerate launch` starts `-m minimind_trl.grpo`; users also launch the executable: each must end launched
+    processes without finalization, or the gloo abort comes back (a single process, the probe's contrast, finalizes)."""
+    (tmp_path / "sitecustomize.py").write_text(FINALIZATION_PROBE)
+    command, code = ENTRY_POINTS[entry]
+    env = {**os.environ, "WORLD_SIZE": world_size, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == code, result.stderr[-2000:]
+    assert ("finalized" in result.stderr.splitlines()) == (world_size == "1"), result.stderr[-2000:]
 
 
 def test_launched_gloo_processes_end_with_their_code():
