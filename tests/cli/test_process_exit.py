@@ -23,14 +23,21 @@ _spec.loader.exec_module(_module)
 exit_process = _module.exit_process
 """
 
-ENDING = LOAD_EXIT_PROCESS + """
-import atexit, sys, threading, time
+# Put first on PYTHONPATH (a sitecustomize) or at the top of a script, it gives the program an object that reports
+# the interpreter's finalization.
+FINALIZATION_PROBE = """
+import sys
 
-class Finalized:
+class _Finalized:
     def __del__(self):
         sys.stderr.write("finalized\\n")
 
-FINALIZED = Finalized()  # its __del__ runs only in the interpreter's finalization
+_FINALIZED = _Finalized()  # its __del__ runs only in the interpreter's finalization
+"""
+
+ENDING = LOAD_EXIT_PROCESS + FINALIZATION_PROBE + """
+import atexit, threading, time
+
 atexit.register(lambda: sys.stderr.write("atexit ran\\n"))
 threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write("thread done\\n"))).start()
 sys.stdout.write("buffered, no newline")  # a pipe's stdout is block-buffered: only a flush writes it
@@ -58,16 +65,6 @@ exit_process(0)
 """
 GLOO_RUNS = 5
 
-# Put first on PYTHONPATH, it gives any program an object that reports the interpreter's finalization.
-FINALIZATION_PROBE = """
-import sys
-
-class _Finalized:
-    def __del__(self):
-        sys.stderr.write("finalized\\n")
-
-_FINALIZED = _Finalized()
-"""
 MINIMIND_TRL = str(Path(sys.executable).with_name("minimind-trl"))  # the installed executable (pyproject's scripts)
 ENTRY_POINTS = {
     "executable": ([MINIMIND_TRL], 0),  # no command: the usage, exit 0
