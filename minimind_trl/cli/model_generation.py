@@ -45,15 +45,14 @@ def recipe_generation_warning(script_args, training_args, policy_name: str, arch
         what, setting = f"reward_funcs lists {recipe.label}'s {', '.join(foreign)}", "reward_funcs"
     elif not rewards and upstream is not None and upstream.architecture not in (None, architecture):
         recipe = upstream
-        what, setting = f"the recipe follows {recipe.title} (upstream: {upstream.name})", "upstream"
+        what, setting = f"the recipe declares upstream: {upstream.name}", "upstream"
     else:
         return None
     own = ARCHITECTURE_GENERATIONS[architecture]
     return (
-        f"the policy {policy_name} is a {own.label} model, but {what}: {recipe.label}'s rewards score what its "
-        f"models write ({recipe.writes}), and a {own.label} model writes {own.writes}. For a {own.label} policy use "
-        f"{own.recipe} (reward_funcs: {format_value(own.reward_funcs.value)}) or change {setting}; on purpose, "
-        "ignore this warning"
+        f"the policy {policy_name} is a {own.label} model, but {what}, written for {recipe.label} models, which write "
+        f"{recipe.writes}; a {own.label} model writes {own.writes}. For a {own.label} policy use {own.recipe} "
+        f"(reward_funcs: {format_value(own.reward_funcs.value)}) or change {setting}; on purpose, ignore this warning"
     )
 
 

@@ -4,6 +4,7 @@ of the other generation through the command's own building stage."""
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 from test_shipped_recipes import ARCHITECTURE, GRPO_RECIPES, parts, recipe_argv  # noqa: F401  (parts: a fixture)
@@ -59,3 +60,15 @@ def test_the_warning_comes_before_training_for_a_native_checkpoint(recipe, nativ
         build_trainer(script_args, training_args, model_args, recipe=parsed)
     labels = {"minimind2": "MiniMind2", "minimind3": "MiniMind-3"}
     assert f"the policy {checkpoint} is a {labels[native]} model" in caplog.text
+
+
+def test_a_recipe_of_only_your_own_rewards_is_judged_by_its_upstream():
+    """No built-in reward to tell: the generation the recipe declares (`upstream:`) against the policy's."""
+    script_args = SimpleNamespace(reward_funcs=["myrewards:score"])
+    warning = recipe_generation_warning(script_args, SimpleNamespace(upstream="minimind3"), "p", "minimind2")
+    assert "is a MiniMind2 model, but the recipe declares upstream: minimind3" in warning
+    assert "change upstream" in warning
+    assert recipe_generation_warning(script_args, SimpleNamespace(upstream="minimind3"), "p", "minimind3") is None
+    for upstream in (None, "minimind3_agent", "trl"):  # nothing to tell, or either generation's
+        assert recipe_generation_warning(script_args, SimpleNamespace(upstream=upstream), "p", "minimind2") is None
+    assert recipe_generation_warning(script_args, SimpleNamespace(upstream="minimind3"), "p", None) is None
