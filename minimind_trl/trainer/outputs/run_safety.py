@@ -9,8 +9,8 @@
   or another run's work; `overwrite_output_dir` has `clear_old_checkpoints` remove old checkpoints at the start.
 * `check_resume_checkpoint`: the checkpoint must hold what an exact resume reads (weights, optimizer, scheduler,
   the RNG state of every process, DeepSpeed's state) in readable form, and must have been written with this
-  run's settings (`recipe_settings`, recorded in `minimind_run.json`); `accept_inexact_resume` lets a
-  checkpoint without optimizer/scheduler/RNG state resume anyway, with a warning.
+  run's settings (`recipe_settings`, recorded in `minimind_run.json`; a loss's keyword arguments as in effect);
+  `accept_inexact_resume` lets a checkpoint without optimizer/scheduler/RNG state resume anyway, with a warning.
 """
 
 import json
@@ -27,6 +27,7 @@ from pathlib import Path
 from contextlib import contextmanager
 
 from ...errors import MiniMindTRLError, OutputDirError, ResumeError
+from ..algorithm.policy_losses import check_loss_kwargs
 from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint
 from .output_dir import (  # the output folder's rules, re-exported for older imports
     LOCK_NAME,
@@ -198,8 +199,12 @@ def check_enough_prompts(dataset, training_args, source: str | None = None, erro
 
 
 def recipe_settings(args) -> dict:
-    """The settings that define what a run trains (JSON values), for the check that a resume continues it."""
-    values = json.loads(json.dumps(args.to_dict(), default=str))
+    """The settings that define what a run trains (JSON values), for the check that a resume continues it.
+    `loss_kwargs` as in effect (the loss's declared defaults with the recipe's values over them), not as written:
+    a default the loss's module changed between a run and its resume is a change, `{}` for `null` is none."""
+    values = args.to_dict()
+    values["loss_kwargs"] = check_loss_kwargs(args)
+    values = json.loads(json.dumps(values, default=str))
     return {key: value for key, value in values.items() if not RESUMABLE_SETTINGS.match(key)}
 
 
@@ -363,6 +368,8 @@ def check_same_run(checkpoint: str, record: dict, args, run_identity: dict | Non
             "data: only the training settings were checked; make sure those are the ones it was trained with",
             checkpoint,
         )
+    if "loss_kwargs" in changed:
+        details[changed.index("loss_kwargs")] += " (in effect: the loss's declared defaults with the recipe's over them)"
     if changed:
         shown = ", ".join(details[:8]) + (f", ... ({len(details) - 8} more)" if len(details) > 8 else "")
         raise ResumeError(

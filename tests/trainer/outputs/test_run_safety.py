@@ -16,6 +16,8 @@ from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, tiny_recip
 from minimind_trl.errors import OutputDirError, RecipeError, ResumeError, RewardFunctionError
 from minimind_trl.cli.grpo import main  # raises the user error (`minimind_trl.grpo.main` reports it, exit 2)
 from minimind_trl.grpo import main as grpo_command
+from minimind_trl.trainer.algorithm.loss_kwargs import LOSS_KWARGS_ATTRIBUTE, declare_loss_kwargs
+from minimind_trl.trainer.algorithm.policy_losses import POLICY_LOSSES, LossKwarg, register_policy_loss
 from minimind_trl.trainer.outputs.checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files
 from minimind_trl.trainer.grpo_config import MiniMindGRPOConfig
 from minimind_trl.trainer.checks.reward_checks import checked_reward_funcs, reward_output_problem
@@ -277,6 +279,43 @@ def test_a_resume_with_other_settings_is_refused(checkpointed, tmp_path, monkeyp
     argv = ["--config", str(recipe), "--resume_from_checkpoint", "last"]
     with pytest.raises(ResumeError, match=r"other settings \(learning_rate: 0.01 -> 1e-30\)"):
         main(argv + ["--learning_rate", "1e-30"])
+
+
+@pytest.fixture
+def coef_loss():
+    """`resume_coef_loss`, a registered loss declaring `coef` (default 0.5), for the test only."""
+    saved = dict(POLICY_LOSSES)
+
+    @register_policy_loss("resume_coef_loss", loss_kwargs={"coef": LossKwarg(0.5, (0.0, None))})
+    def resume_coef_loss(inputs):
+        return -inputs.loss_kwargs["coef"] * inputs.advantages * inputs.per_token_logps
+
+    yield resume_coef_loss
+    POLICY_LOSSES.clear()
+    POLICY_LOSSES.update(saved)
+
+
+def test_a_resume_compares_the_loss_kwargs_in_effect(tiny, tmp_path, monkeypatch, coef_loss):
+    """The run record keeps a loss's keyword arguments as in effect (its declared defaults with the recipe's over
+    them): a default its module changed between the run and the resume is refused like a changed recipe value, and
+    `{}`, `null` or the default written out are the same run."""
+    recipe = tiny_recipe(tmp_path, *tiny, max_steps=1, save_strategy="steps", save_steps=1,
+                         loss_type="resume_coef_loss", loss_kwargs=None)  # fmt: skip
+    assert main(["--config", str(recipe)]) == 0
+    record = json.loads((tmp_path / "out" / "checkpoint-1" / RUN_INFO_NAME).read_text())
+    assert record["recipe"]["loss_kwargs"] == {"coef": 0.5}
+    no_model_loading(monkeypatch)  # a resume whose checks pass goes on to load the models: the AssertionError
+    resume = ["--config", str(recipe), "--resume_from_checkpoint", "last"]
+    for same in ([], ["--loss_kwargs", "{}"], ["--loss_kwargs", '{"coef": 0.5}'], ["--loss_kwargs", '{"coef": "5e-1"}']):
+        with pytest.raises(AssertionError, match="a model was loaded"):
+            main(resume + same)
+    changed = r"loss_kwargs: \{'coef': 0.5\} -> \{'coef': 0.7\} \(in effect: the loss's declared defaults"
+    with pytest.raises(ResumeError, match=changed):
+        main(resume + ["--loss_kwargs", '{"coef": 0.7}'])
+    edited = declare_loss_kwargs("policy loss 'resume_coef_loss'", {"coef": LossKwarg(0.7, (0.0, None))})
+    monkeypatch.setattr(coef_loss, LOSS_KWARGS_ATTRIBUTE, edited)  # the loss's module now declares 0.7
+    with pytest.raises(ResumeError, match=changed):
+        main(resume)
 
 
 def rewrite_recipe(recipe, **changes):
