@@ -256,31 +256,48 @@ def _flag_fields(cls: type) -> dict[str, bool]:
 
 
 @functools.cache
-def _number_fields(cls: type) -> dict[str, type]:
-    """{name: int or float} of the fields of dataclass `cls` typed `int`, `float` or either `| None`."""
+def _number_fields(cls: type) -> dict[str, tuple[type, bool]]:
+    """{name: (int or float, whether a list of them)} of the fields of dataclass `cls` typed `int`, `float`,
+    `list[int]`, `list[float]`, or any of these `| None`."""
     hints = typing.get_type_hints(cls)
     numbers = {}
     for item in fields(cls):
         hint = hints.get(item.name)
-        kinds = set(typing.get_args(hint)) - {type(None)} if typing.get_origin(hint) in (typing.Union,
-                                                                                          types.UnionType) else {hint}
-        if len(kinds) == 1 and kinds <= {int, float}:
-            numbers[item.name] = kinds.pop()
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        kinds = set(typing.get_args(hint)) - {type(None)} if union else {hint}
+        if len(kinds) != 1:
+            continue
+        (kind,) = kinds
+        listed = typing.get_origin(kind) is list and len(typing.get_args(kind)) == 1
+        kind = typing.get_args(kind)[0] if listed else kind
+        if kind in (int, float):
+            numbers[item.name] = (kind, listed)
     return numbers
 
 
+def _read_number(name: str, kind: type, value):
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise RecipeError(f"{name} must be {what}, got {value!r}") from None
+
+
 def _read_numbers(obj) -> None:
-    """A numeric field given as text from Python (`beta="1e-3"`) becomes the number it spells, as the parser makes a
-    recipe's `beta: 1e-3` (YAML reads it as a string) or a command line's; text that spells none is refused naming
-    the field. Left as text, it failed with a raw `TypeError` at the first step."""
-    for name, kind in _number_fields(type(obj)).items():
+    """A numeric field given as text (`beta="1e-3"` from Python; `reward_weights: [1e-3, 1]` in a recipe, a list the
+    parser passes on as YAML read it) becomes the number it spells, as the parser makes a recipe's `beta: 1e-3` (YAML
+    reads it as a string) or a command line's; text that spells none is refused naming the field. Left as text, it
+    failed with a raw `TypeError` at the first step (a list: with a message about finite numbers)."""
+    for name, (kind, listed) in _number_fields(type(obj)).items():
         value = getattr(obj, name)
-        if isinstance(value, str):
-            try:
-                setattr(obj, name, kind(value))
-            except ValueError:
-                what = "an integer" if kind is int else "a number"
-                raise RecipeError(f"{name} must be {what}, got {value!r}") from None
+        if listed and isinstance(value, (list, tuple)):
+            items = [_read_number(f"{name}[{index}]", kind, item) for index, item in enumerate(value)]
+            if any(new is not old for new, old in zip(items, value)):
+                setattr(obj, name, type(value)(items))
+        elif not listed:
+            setattr(obj, name, _read_number(name, kind, value))
 
 
 def _check_json_fields(obj) -> None:

@@ -141,7 +141,7 @@ def test_a_huge_integer_in_a_recipe_names_the_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("values, expected", [
     ({"beta": "1e-3"}, 0.001), ({"learning_rate": " 3e-4 "}, 3e-4), ({"max_steps": "5"}, 5),
-    ({"epsilon_high": "5"}, 5.0), ({"max_prompt_length": "64"}, 64),
+    ({"epsilon_high": "5"}, 5.0), ({"max_prompt_length": "64"}, 64), ({"reward_weights": ["1e-3", 2]}, [0.001, 2]),
 ])  # fmt: skip
 def test_a_number_given_as_text_from_python_is_read_as_the_parser_reads_it(values, expected):
     """`MiniMindGRPOConfig(beta="1e-3")` kept the string, and the first step failed with a raw TypeError; a recipe's
@@ -151,9 +151,18 @@ def test_a_number_given_as_text_from_python_is_read_as_the_parser_reads_it(value
     assert got == expected and type(got) is type(expected)
 
 
+def test_a_recipes_list_of_numbers_written_like_1e_3_is_read_as_numbers(tmp_path):
+    """YAML reads `1e-3` as a string, also inside a list, which the parser passes on as it is: `reward_weights:
+    [1e-3, 1]` was refused as not finite."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("output_dir: out\nuse_cpu: true\nreward_funcs: [format, tag_count]\nreward_weights: [1e-3, 1]\n")
+    assert parse_args(["--config", str(recipe)])[1].reward_weights == [0.001, 1.0]
+
+
 @pytest.mark.parametrize("values, message", [
     ({"beta": "a lot"}, "beta must be a number, got 'a lot'"),
     ({"max_steps": "1e3"}, "max_steps must be an integer, got '1e3'"),
+    ({"reward_weights": [1.0, "heavy"]}, r"reward_weights\[1\] must be a number, got 'heavy'"),
     ({"beta": "nan"}, "beta must be at least 0 .*got nan"),
 ])  # fmt: skip
 def test_text_that_is_not_a_number_is_refused_naming_the_key(values, message):
