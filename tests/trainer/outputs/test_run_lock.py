@@ -18,7 +18,7 @@ from minimind_trl.trainer.outputs.run_lock import LOCK_NAME, check_output_dir_fr
 # Holds the lock of argv[1] (as a running `minimind-trl grpo` would) until its stdin closes.
 HOLD_LOCK = """
 import sys
-from minimind_trl.trainer.outputs.run_safety import output_dir_lock
+from minimind_trl.trainer.outputs.run_lock import output_dir_lock
 with output_dir_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()
