@@ -25,7 +25,8 @@ from ..trainer.outputs.run_identity import normal_path, path_fingerprint
 from ..trainer.checks.extras import check_extras
 from ..trainer.checks.trainer_settings import check_rendering_settings
 from ..trainer.outputs.output_dir import check_output_dir, run_inputs
-from ..trainer.outputs.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
+from ..trainer.outputs.run_lock import check_output_dir_free
+from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint, check_writable
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
 from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
