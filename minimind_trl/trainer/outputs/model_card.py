@@ -33,6 +33,7 @@ class RunCard:
     reward_weights: list[float] = field(default_factory=list)
     reward_model: str | None = None
     dataset: str | None = None
+    eval_dataset: str | None = None  # where the held-out prompts come from (None: the run did not evaluate)
     peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
     upstream: str = get_generation(None).title  # the generation `settings` compares against
@@ -111,6 +112,20 @@ def final_metrics(log_history: list[dict]) -> dict:
     return metrics
 
 
+def final_eval_metrics(log_history: list[dict]) -> dict:
+    """The last evaluation's held-out rewards as TRL logs them (`eval_reward`, `eval_reward_std`, each reward
+    function's `eval_rewards/<name>/mean`, the terms a reward logs itself such as `eval_agent_reward/<term>`, and
+    those of named eval sets, `eval_<set>_reward`) and the step it ran at."""
+    last = next((entry for entry in reversed(log_history) if any(map(_is_eval_reward, entry))), {})
+    metrics = {key: value for key, value in last.items() if _is_eval_reward(key)}
+    return {"step": last["step"], **metrics} if metrics and "step" in last else metrics
+
+
+def _is_eval_reward(key: str) -> bool:
+    head = key.split("/")[0]
+    return key.startswith("eval_") and not key.endswith("/std") and head.endswith(("_reward", "_reward_std", "_rewards"))
+
+
 def _source(title: str) -> str:
     """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
     return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
@@ -121,6 +136,8 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
     lines.append(f"- **Base model:** `{card.base_model}`")
     if card.dataset:
         lines.append(f"- **Data:** `{card.dataset}`")
+    if card.eval_dataset:
+        lines.append(f"- **Held-out prompts:** `{card.eval_dataset}`")
     if card.recipe:
         lines.append(
             f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
@@ -145,6 +162,14 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         lines += [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
     else:
         lines.append("No metrics were logged.")
+    evaluated = final_eval_metrics(log_history)
+    if card.eval_dataset or evaluated:
+        lines += ["", "### Held-out rewards (the last evaluation)", ""]
+        if evaluated:
+            lines += ["| metric | value |", "|---|---|"]
+            lines += [f"| {key} | {format_value(value)} |" for key, value in evaluated.items()]
+        else:
+            lines.append("No evaluation ran.")
 
     lines += [
         "",
@@ -211,6 +236,7 @@ __all__ = [
     "UPSTREAM_SETTINGS",
     "describe_run",
     "extend_model_card",
+    "final_eval_metrics",
     "final_metrics",
     "peft_summary",
     "render_run_section",
