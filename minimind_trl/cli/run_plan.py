@@ -29,8 +29,7 @@ from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
 from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
 from .recipe import Recipe
-from .run_data import check_data_sources, check_dataset_source, held_out_source, looks_like_hub_dataset
-from .run_data import mixture_identity, training_source
+from .run_data import check_data_sources, held_out_source, mixture_identity, training_source
 
 logger = logging.getLogger(__name__)
 
@@ -234,12 +233,10 @@ def check_run(
 
 __all__ = [
     "RunPlan",
-    "check_dataset_source",
     "check_enough_prompts",
     "check_run",
     "disable_hub_telemetry",
     "local_sources_only",
-    "looks_like_hub_dataset",
     "prompt_rendering",
     "upstream_departures",
     "recipe_run_identity",

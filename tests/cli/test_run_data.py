@@ -83,8 +83,10 @@ REFUSED = {
         {"dataset_name": None, "datasets": mixture("{file}")}, ["--eval_strategy", "steps"],
         "dataset_test_split='test': the datasets mixture has no split 'test' (its splits: train)",
     ),
-    "a test split of no rows": (
-        {"dataset_name": None, "datasets": mixture("{file}"), "test_split_size": 0.0}, [], "test_split_size=0.0: ",
+    "a test split of no rows": ({"dataset_name": None, "datasets": mixture("{file}"), "test_split_size": 0.0}, [],
+                                "test_split_size: must be a positive number or unset"),
+    "a test split of every row": (
+        {"dataset_name": None, "datasets": mixture("{file}"), "test_split_size": 100}, [], "test_split_size=100: ",
     ),
     "an entry's missing split": (
         {"dataset_name": None, "datasets": mixture("{folder}", split="validation")}, [],
@@ -175,3 +177,31 @@ def test_a_file_has_one_split_and_a_folder_those_datasets_finds(sources):
     assert len(load_rlaif_dataset(sources["folder"], split="test")) == 2
     with pytest.raises(RLAIFDataError, match=r"has several splits \(its splits: train, test\)$"):
         load_rlaif_dataset(sources["folder"], split=None)
+
+
+def test_the_documented_recipes_read_as_documented(tmp_path, policy, sources):
+    """docs/training.md's two recipe blocks, read from the page: the mixture (its files replaced by two of ours)
+    keeps TRL's rows and holds `test_split_size` out; the evaluation block takes a folder's test split."""
+    from doc_blocks import doc_blocks
+
+    from minimind_trl.cli.run_data import load_run_data
+    from minimind_trl.grpo import parse_args
+
+    (mix_block,) = doc_blocks("training.md", "Splits, mixtures and TRL's other dataset options", "yaml", 1)
+    (eval_block,) = doc_blocks("training.md", "Evaluation during training", "yaml", 1)
+    mix_block = mix_block.replace("dataset/rlaif-mini.jsonl", str(sources["file"]))
+    mix_block = mix_block.replace("dataset/chat.jsonl", str(sources["small"]))
+
+    def parsed(block, **changes):
+        recipe = yaml.safe_load(tiny_recipe(tmp_path, policy, sources["folder"]).read_text())
+        recipe.update(yaml.safe_load(block), **changes)
+        path = tmp_path / "recipe.yaml"
+        path.write_text(yaml.safe_dump(recipe))
+        return parse_args(["--config", str(path)])
+
+    script_args, training_args, _, _ = parsed(mix_block, eval_strategy="steps")
+    data = load_run_data(script_args, training_args)
+    assert (len(data.train), len(data.eval)) == (10, 1)  # 8 + 3 rows (TRL's rule at 3:1), 5 % held out
+    script_args, training_args, _, _ = parsed(eval_block)
+    data = load_run_data(script_args, training_args)
+    assert [row["prompt"][-1]["content"] for row in data.eval] == PROMPTS[6:]
