@@ -122,8 +122,9 @@ def recipe_run_identity(script_args, model_args) -> dict:
     return values
 
 
-def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config) -> RunCard:
-    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
+def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config, own_data=False) -> RunCard:
+    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings
+    (`own_data`: the caller brings the prompts, so the recipe's held-out source is not theirs)."""
     return describe_run(
         base_model,
         training_args,
@@ -136,7 +137,7 @@ def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_c
         reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
         reward_model=script_args.reward_model_name_or_path,
         dataset=training_source(script_args),
-        eval_dataset=held_out_source(script_args, training_args),
+        eval_dataset=None if own_data else held_out_source(script_args, training_args),
     )
 
 
@@ -226,7 +227,9 @@ def check_run(
         chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
         model_init_kwargs=model_init_kwargs(model_args, training_args),
         peft_config=peft_config,
-        run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
+        run_card=run_card(
+            script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, own_data=not check_data
+        ),
         reward_context=RewardContext(training_args.device, dict(training_args.chat_template_kwargs or {})),
     )
 

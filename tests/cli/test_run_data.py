@@ -205,3 +205,33 @@ def test_the_documented_recipes_read_as_documented(tmp_path, policy, sources):
     script_args, training_args, _, _ = parsed(eval_block)
     data = load_run_data(script_args, training_args)
     assert [row["prompt"][-1]["content"] for row in data.eval] == PROMPTS[6:]
+
+
+def test_held_out_agent_rows_offering_a_tool_the_run_lacks_are_refused_before_the_policy_loads(
+    tmp_path, monkeypatch, capsys
+):
+    """The held-out rows pass the training rows' checks, the agent's offered tools included: a held-out row that
+    offers a tool `agent_tools` does not run would be scored invalid at every call."""
+    import json
+
+    from grpo_fixtures import CALCULATOR
+    from test_agent_recipe import agent_argv
+
+    from minimind_trl.demos.model import build_tokenizer, save_folder
+    from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
+    from minimind_trl.models.minimind.tiny import tiny_minimind_model
+
+    tokenizer = build_tokenizer("minimind3")
+    policy = save_folder(tiny_minimind_model(len(tokenizer), "minimind3"), tokenizer, tmp_path / "policy")
+    reward_model = write_tiny_internlm2_reward_model(tmp_path / "rm")
+    converter = {"type": "function", "function": {**CALCULATOR["function"], "name": "unit_converter"}}
+    held_out = agent_rows(2)
+    held_out[1]["conversations"][0]["tools"] = json.dumps([CALCULATOR, converter])
+    argv = agent_argv(policy, reward_model, write_rows(tmp_path / "train.jsonl", agent_rows(4)), tmp_path / "out",
+                      "--agent_tools", "calculate_math", "--eval_strategy", "steps", "--eval_dataset_name",
+                      write_rows(tmp_path / "held.jsonl", held_out))
+    refuse_model_loading(monkeypatch)
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"minimind-trl grpo: error: {tmp_path / 'held.jsonl'}: its rows' tool schemas offer")
+    assert "'unit_converter' (rows 1 of 2)" in err[-1]
