@@ -32,7 +32,10 @@ def build_from_plan(
     """Load the parts a checked plan names and construct the trainer (not yet trained)."""
     training_args.resume_from_checkpoint = plan.resume_from_checkpoint
     training_args.model_init_kwargs = plan.model_init_kwargs
-    data = RunData(train_dataset, eval_dataset) if train_dataset is not None else load_run_data(script_args, training_args)
+    if train_dataset is not None:
+        data = RunData(train_dataset, eval_dataset)
+    else:
+        data = load_run_data(script_args, training_args)
     source = plan.run_card.dataset if train_dataset is None else None
     check_enough_prompts(data.train, training_args, source)
     if script_args.rollout == "agent":  # before the policy loads: the data is read now

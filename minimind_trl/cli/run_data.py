@@ -62,7 +62,7 @@ def evaluates(training_args) -> bool:
     return training_args.eval_strategy != "no"
 
 
-def check_dataset_source(dataset_name: str | None, dataset_config: str | None = None, key: str = "dataset_name") -> None:
+def check_dataset_source(dataset_name: str | None, dataset_config: str | None = None, key="dataset_name") -> None:
     """A local file or folder must exist; anything that is not a Hub id (`owner/name`) is taken as local,
     so a mistyped path fails here instead of as a `datasets` download error."""
     if not dataset_name:

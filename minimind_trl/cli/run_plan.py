@@ -102,7 +102,9 @@ def upstream_departures(script_args, training_args) -> list[str]:
 # Recipe options that do not change what a run trains (a resume may change them): where the held-out prompts are read
 # (the trainer records those prompts themselves, so a resume that evaluates on other ones is refused), how the policy's
 # attention is computed, DDP's buffer handling and extra callbacks.
-RESUMABLE_OPTIONS = {"dataset_test_split", "eval_dataset_name", "attn_implementation", "ignore_bias_buffers", "callbacks"}
+RESUMABLE_OPTIONS = {
+    "dataset_test_split", "eval_dataset_name", "attn_implementation", "ignore_bias_buffers", "callbacks"
+}  # fmt: skip
 LOCAL_SOURCES = ("model_name_or_path", "dataset_name", "tokenizer_name_or_path", "reward_model_name_or_path")
 
 

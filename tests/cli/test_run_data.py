@@ -60,8 +60,12 @@ REFUSED = {
         {"dataset_name": None, "datasets": mixture("{file}"), "streaming": True}, [], "streaming: true is not supported"
     ),
     "a mixture and dataset_name": ({"datasets": mixture("{file}")}, [], "datasets: (a mixture) and dataset_name="),
-    "an unknown entry key": ({"dataset_name": None, "datasets": mixture("{file}", paht="x")}, [], "datasets[0]: unknown"),
-    "an entry without a path": ({"dataset_name": None, "datasets": [{"split": "train"}]}, [], "datasets[0]: needs a path"),
+    "an unknown entry key": (
+        {"dataset_name": None, "datasets": mixture("{file}", paht="x")}, [], "datasets[0]: unknown key(s) paht"
+    ),
+    "an entry without a path": (
+        {"dataset_name": None, "datasets": [{"split": "train"}]}, [], "datasets[0]: needs a path"
+    ),
     "a missing entry": (
         {"dataset_name": None, "datasets": mixture("{file}", "nowhere.jsonl")}, [], "datasets[1].path: data file"
     ),
@@ -76,7 +80,8 @@ REFUSED = {
         "fraction must be set for either all entries",
     ),
     "dataset_data_files with a mixture": (
-        {"dataset_name": None, "datasets": mixture("{file}"), "dataset_data_files": "x.jsonl"}, [], "dataset_data_files",
+        {"dataset_name": None, "datasets": mixture("{file}"), "dataset_data_files": "x.jsonl"}, [],
+        "dataset_data_files='x.jsonl' reads dataset_name",
     ),
     "test_split_size without a mixture": ({"test_split_size": 0.25}, [], "test_split_size=0.25 holds out rows"),
     "a mixture without a test split": (
@@ -107,13 +112,14 @@ def test_data_options_are_refused_in_one_line_before_a_model_loads(
 
     recipe = yaml.safe_load(tiny_recipe(tmp_path, policy, sources["file"]).read_text())
     for key, value in changes.items():
-        recipe[key] = [{k: named(v) for k, v in entry.items()} for entry in value] if key == "datasets" else named(value)
+        entries = key == "datasets"
+        recipe[key] = [{k: named(v) for k, v in entry.items()} for entry in value] if entries else named(value)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     refuse_model_loading(monkeypatch)
     assert cli(["grpo", "--config", str(path), *map(named, flags)]) == 2
     err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("minimind-trl grpo: error: ")]  # beside datasets' bars
+    errors = [line for line in err.splitlines() if line.startswith("minimind-trl grpo: error: ")]  # datasets' bars too
     assert len(errors) == 1 and named(message) in errors[0] and "Traceback" not in err, err
 
 

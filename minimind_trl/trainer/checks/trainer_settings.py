@@ -97,4 +97,6 @@ def trainer_settings(model, args, train_dataset, eval_dataset=None) -> TrainerSe
     )
 
 
-__all__ = ["TrainerSettings", "check_eval_dataset", "check_rendered_dataset", "check_rendering_settings", "trainer_settings"]
+__all__ = [
+    "TrainerSettings", "check_eval_dataset", "check_rendered_dataset", "check_rendering_settings", "trainer_settings"
+]  # fmt: skip

@@ -123,12 +123,21 @@ def final_eval_metrics(log_history: list[dict]) -> dict:
 
 def _is_eval_reward(key: str) -> bool:
     head = key.split("/")[0]
-    return key.startswith("eval_") and not key.endswith("/std") and head.endswith(("_reward", "_reward_std", "_rewards"))
+    rewards = head.endswith(("_reward", "_reward_std", "_rewards"))  # the totals, per function, a reward's own terms
+    return key.startswith("eval_") and not key.endswith("/std") and rewards
 
 
 def _source(title: str) -> str:
     """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
     return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
+
+
+def _metrics_table(title: str, metrics: dict, when_empty: str) -> list[str]:
+    lines = ["", f"### {title}", ""]
+    if not metrics:
+        return lines + [when_empty]
+    rows = [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
+    return lines + ["| metric | value |", "|---|---|"] + rows
 
 
 def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str | None) -> str:
@@ -155,21 +164,10 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         lines += ["", "### Advantages and loss", "", "| setting | name | function |", "|---|---|---|"]
         lines += [f"| {key} | `{name}` | `{function}` |" for key, name, function in card.functions]
 
-    metrics = final_metrics(log_history)
-    lines += ["", "### Final metrics", ""]
-    if metrics:
-        lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
-    else:
-        lines.append("No metrics were logged.")
+    lines += _metrics_table("Final metrics", final_metrics(log_history), "No metrics were logged.")
     evaluated = final_eval_metrics(log_history)
     if card.eval_dataset or evaluated:
-        lines += ["", "### Held-out rewards (the last evaluation)", ""]
-        if evaluated:
-            lines += ["| metric | value |", "|---|---|"]
-            lines += [f"| {key} | {format_value(value)} |" for key, value in evaluated.items()]
-        else:
-            lines.append("No evaluation ran.")
+        lines += _metrics_table("Held-out rewards (the last evaluation)", evaluated, "No evaluation ran.")
 
     lines += [
         "",

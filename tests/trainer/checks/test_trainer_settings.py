@@ -19,5 +19,5 @@ def test_evaluating_without_held_out_prompts_is_one_line_saying_where_they_come_
         MiniMindGRPOTrainer(str(policy), reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
                             train_dataset=prompts)
     message = str(error.value)
-    assert message.startswith("eval_strategy='steps' evaluates on held-out prompts, but there are none: pass eval_dataset=")
+    assert message.startswith("eval_strategy='steps' evaluates on held-out prompts, but there are none: pass")
     assert "dataset_test_split, eval_dataset_name or a mixture's test_split_size" in message and "\n" not in message
