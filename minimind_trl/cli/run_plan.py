@@ -100,8 +100,9 @@ def upstream_departures(script_args, training_args) -> list[str]:
 
 
 # Recipe options that do not change what a run trains (a resume may change them): where the held-out prompts are read
-# (the trainer records those prompts themselves, so a resume that evaluates on other ones is refused), how the policy's
-# attention is computed, DDP's buffer handling and extra callbacks.
+# (the trainer records those prompts themselves, so a resume that evaluates on other ones is refused;
+# `eval_dataset_name` is recorded when set), how the policy's attention is computed, DDP's buffer handling and extra
+# callbacks.
 RESUMABLE_OPTIONS = {
     "dataset_test_split", "eval_dataset_name", "attn_implementation", "ignore_bias_buffers", "callbacks"
 }  # fmt: skip
@@ -119,6 +120,8 @@ def recipe_run_identity(script_args, model_args) -> dict:
     for key in LOCAL_SOURCES:
         values[key] = normal_path(values.get(key))
     values["datasets"] = mixture_identity(script_args)
+    if script_args.eval_dataset_name is not None:  # recorded only by a run that evaluates: one may start or stop it
+        values["eval_dataset_name"] = normal_path(script_args.eval_dataset_name)
     values["model_fingerprint"] = path_fingerprint(model_args.model_name_or_path)
     values["reward_model_fingerprint"] = path_fingerprint(script_args.reward_model_name_or_path)
     return values

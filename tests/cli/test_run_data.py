@@ -97,6 +97,14 @@ REFUSED = {
         {"dataset_name": None, "datasets": mixture("{folder}", split="validation")}, [],
         "datasets[0].split='validation': {folder} has no split 'validation' (its splits: train, test)",
     ),
+    "an output_dir inside the held-out data": (
+        {"output_dir": "{folder}/out"}, ["--eval_strategy", "steps", "--eval_dataset_name", "{folder}"],
+        "output_dir {folder}/out lies inside the input eval_dataset_name {folder}",
+    ),
+    "an output_dir inside a mixture's data": (
+        {"dataset_name": None, "datasets": mixture("{file}", "{folder}"), "output_dir": "{folder}/out"}, [],
+        "output_dir {folder}/out lies inside the input datasets[1].path {folder}",
+    ),
     "a bad row in a mixture's second file": (
         {"dataset_name": None, "datasets": mixture("{file}", "{bad}")}, [], "{bad}:2: empty conversation",
     ),
