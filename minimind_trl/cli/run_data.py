@@ -23,6 +23,8 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import datasets
+
 from ..agent.data import load_agent_dataset
 from ..data import DatasetSplitError, check_split, has_one_split, load_rlaif_dataset
 from ..errors import RecipeError
@@ -167,8 +169,6 @@ def mixture_sizes(sizes: list[int], fractions: list[float]) -> list[int]:
 def load_mixture(script_args, seed: int) -> dict:
     """The `datasets:` mixture as TRL's `get_dataset` builds it, from MiniMind's loaders: `{"train": ...}`, and
     `"test"` when `test_split_size` holds rows out (drawn with `seed`, so a resume holds out the same rows)."""
-    import datasets
-
     parts = [
         load_prompts(script_args, entry.path, entry.split, f"datasets[{index}].split", entry.data_files)
         for index, entry in enumerate(script_args.datasets)
