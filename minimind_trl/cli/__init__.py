@@ -5,7 +5,7 @@ dispatcher prints `minimind-trl <command>: error: <message>` and exits with 2 (a
 It imports a subcommand lazily, so `minimind-trl convert` does not pay for importing TRL. Flags are TRL's
 `--snake_case`; `--kebab-case` is accepted too.
 
-Modules: `recipe` -> `run_plan` -> `build` (with `policy`) -> `grpo` -> `hub` are the stages of
+Modules: `recipe` -> `run_plan` -> `build` (with `policy` and `run_data`) -> `grpo` -> `hub` are the stages of
 `minimind-trl grpo`; `minimind-trl demo` runs them on an embedded default from `minimind_trl.demos` (imported by
 name, like every subcommand: the demos sit above the commands). `process_exit` ends the process: a process of a
 distributed launch leaves without the interpreter's finalization, where gloo can abort it. A launcher variable set to

@@ -365,6 +365,11 @@ def _process_hint(exc: Exception) -> str:
     if "divisible" not in str(exc):
         return ""
     world_size = os.environ.get("WORLD_SIZE", "1")
+    if "eval batch" in str(exc):
+        return (
+            f" [{world_size} process(es): the eval batch is per_device_eval_batch_size x processes completions and "
+            "must hold whole groups of num_generations_eval (unset: num_generations)]"
+        )
     return (
         f" [{world_size} process(es): the generation batch is per_device_train_batch_size x processes x "
         "steps_per_generation completions and must hold whole groups of num_generations]"

@@ -127,6 +127,7 @@ RANGES: dict[str, Range] = {
     "max_tool_calling_iterations": _unset(COUNT, "unset: no limit"),
     "pad_to_multiple_of": _unset(COUNT, "unset: no padding"),
     "dataset_max_samples": _unset(COUNT, "unset: every row"),
+    "test_split_size": _unset(POSITIVE, "a share (below 1) or a count of the mixture's rows; unset: none held out"),
     # --- optimisation
     "learning_rate": Range(0, low_open=True, note="0 would train nothing"),
     "warmup_steps": Range(0, note="below 1: a share of the run's steps"),
