@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from grpo_fixtures import PROMPTS, build_tiny_policy, hold_lock, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.errors import OutputDirError, RecipeError, ResumeError, RewardFunctionError
 from minimind_trl.cli.grpo import main  # raises the user error (`minimind_trl.grpo.main` reports it, exit 2)
@@ -20,24 +20,6 @@ from minimind_trl.trainer.outputs.checkpointing import RUN_INFO_NAME, STAGING_DI
 from minimind_trl.trainer.grpo_config import MiniMindGRPOConfig
 from minimind_trl.trainer.checks.reward_checks import checked_reward_funcs, reward_output_problem
 from minimind_trl.trainer.outputs.run_safety import LOCK_NAME, check_resume_checkpoint, output_dir_lock
-
-# Holds the lock of argv[1] (as a running `minimind-trl grpo` would) until its stdin closes.
-HOLD_LOCK = """
-import sys
-from minimind_trl.trainer.outputs.run_safety import output_dir_lock
-with output_dir_lock(sys.argv[1]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
-
-def hold_lock(out):
-    """A second process holding `out`'s run lock (it prints `locked` once it holds it, and lets go at stdin's end)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
-
 
 # SIGKILL in the middle of writing the final model's weights (100 bytes written), as a full disk or a kill would.
 KILL_DURING_FINAL_SAVE = """
