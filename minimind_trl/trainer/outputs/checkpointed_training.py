@@ -29,6 +29,7 @@ from .checkpointing import (
     without_tied_keys,
     write_native_weights,
 )
+from ...adapter_base import record_portable_base
 from ...hub_uploads import HUB_FAILURES, HubPushes, repo_error
 from .output_dir import run_length
 from .run_safety import guarded_run, output_dir_lock, recipe_settings
@@ -124,6 +125,7 @@ class CheckpointedTraining:
             super().save_model(staged, _internal_call=True)
             self.accelerator.wait_for_everyone()
             if should_save:
+                record_portable_base(staged, final, self.args.output_dir)  # a LoRA adapter's base, movable
                 publish_files(staged, final)
             self.accelerator.wait_for_everyone()
         if self.args.push_to_hub and not _internal_call:
@@ -194,6 +196,7 @@ class CheckpointedTraining:
                 json.dump(run_info, f, indent=2, default=str)
             if self.args.save_native_pth:  # upstream wrote its .pth at every save
                 write_native_weights(staged)
+            record_portable_base(staged, final, run_dir)
 
         self.accelerator.wait_for_everyone()  # every rank has written its part
         if self.args.should_save:
