@@ -20,7 +20,7 @@ from ..hub_uploads import HUB_FAILURES, hub_endpoint, upload_output_folder
 from ..trainer.outputs.output_dir import FinalOutputs
 from ..trainer.outputs.run_safety import os_error_line, output_dir_lock
 from .build import build_from_plan, build_trainer
-from .hub import check_push_on_all_ranks
+from .hub import PushCheckError, check_push_folder
 from .recipe import Recipe, parse_args, parse_recipe
 from .run_plan import check_run
 
@@ -65,7 +65,6 @@ def _train_and_save(trainer, script_args):
     if args.save_native_pth and not present.native and trainer.is_world_process_zero():
         logger.info("native MiniMind weights written to %s", write_native_weights(args.output_dir))
     if args.push_to_hub:
-        check_push_on_all_ranks(trainer)
         push_final(trainer)
     trainer.accelerator.wait_for_everyone()
     return trainer
@@ -85,15 +84,17 @@ def _outputs_already_there(trainer) -> FinalOutputs:
 
 
 def push_final(trainer) -> None:
-    """The final push of the output folder, as the Trainer's own (`hub_uploads.upload_output_folder`), after the
-    checkpoints' background uploads; each failure, theirs or its own, is recorded in `trainer.hub_pushes`."""
+    """The final push of the output folder (main process), as the Trainer's own (`hub_uploads.upload_output_folder`),
+    after the checkpoints' background uploads and once the folder loads without this package (`check_push_folder`);
+    each failure, theirs or its own, is recorded in `trainer.hub_pushes`."""
     if not trainer.is_world_process_zero():
         return
     args, pushes = trainer.args, trainer.hub_pushes
     pushes.settle()
     try:
+        check_push_folder(args.output_dir)
         upload_output_folder(args.output_dir, trainer.hub_model_id, token=args.hub_token, revision=args.hub_revision)
-    except HUB_FAILURES as exc:
+    except (PushCheckError, *HUB_FAILURES) as exc:
         pushes.failed(f"the final model in {args.output_dir}", exc, then="its files stay there")
 
 

@@ -58,12 +58,6 @@ def _modules_with_their_imports(folder: str, modules: set[str]) -> list[str]:
     return sorted(needed)
 
 
-def check_push_on_all_ranks(trainer) -> None:
-    """`check_push_folder` on the main process; every rank raises its verdict (pushing saves collectively)."""
-    verdict_on_all_ranks(lambda: check_push_folder(trainer.args.output_dir), trainer.is_world_process_zero(),
-                         trainer.accelerator.num_processes, PushCheckError)  # fmt: skip
-
-
 def check_hub_repo(training_args) -> str:
     """Before any model loads, for `--push_to_hub`: the repository id is one, and the Hub (`HF_ENDPOINT`) answers and
     makes or finds it, as the Trainer's constructor would later. Runs on the main process; every rank raises its
@@ -102,4 +96,4 @@ def verdict_on_all_ranks(check, is_main: bool, num_processes: int, error: type[M
     return result
 
 
-__all__ = ["PushCheckError", "check_hub_repo", "check_push_folder", "check_push_on_all_ranks", "verdict_on_all_ranks"]
+__all__ = ["PushCheckError", "check_hub_repo", "check_push_folder", "verdict_on_all_ranks"]

@@ -291,3 +291,21 @@ def test_a_hub_that_refuses_uploads_leaves_every_local_output_and_exits_3(tmp_pa
         f"the Hub ({hub.endpoint}) failed (each one is reported above). Push the folder once the Hub is reachable: "
         f"minimind-trl push {out} --hub_model_id {HUB_ID}"
     )
+
+
+def test_a_finished_folder_people_could_not_load_is_a_failed_push_not_an_upload(tmp_path, monkeypatch):
+    from minimind_trl.cli import grpo
+    from minimind_trl.hub_uploads import HubPushes
+
+    out = build_tiny_policy(tmp_path / "out")
+    os.remove(out / "tokenizer.json")
+    monkeypatch.setattr(grpo, "upload_output_folder", lambda *a, **k: pytest.fail("an incomplete folder was uploaded"))
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(output_dir=str(out), hub_token=None, hub_revision=None, push_to_hub=True),
+        hub_model_id=HUB_ID, hub_pushes=HubPushes(HUB_ID), is_world_process_zero=lambda: True,
+    )  # fmt: skip
+    grpo.push_final(trainer)
+    (failure,) = trainer.hub_pushes.failures
+    assert f"the push of the final model in {out} to {HUB_ID}" in failure
+    assert failure.endswith("PushCheckError: " + f"{out} lacks ['tokenizer.json']; refusing to push an incomplete model")
+    assert grpo.push_summary(trainer).startswith(f"training finished and its outputs are complete in {out}, but 1 push")

@@ -111,3 +111,13 @@ def test_a_resume_that_raises_max_steps_trains_on(mid_epoch, tmp_path):
     assert main(["--config", str(run.recipe), "--resume_from_checkpoint", "last", "--max_steps", "4"]) == 0
     assert checkpoints(run.out)[-1] == "checkpoint-4"
     assert (run.out / "model.safetensors").read_bytes() != weights
+
+
+@pytest.mark.parametrize("marker", ["config.json", "adapter_config.json"])
+def test_last_in_a_finished_folder_without_checkpoints_says_there_is_nothing_to_resume(tmp_path, marker):
+    from minimind_trl.errors import ResumeError
+    from minimind_trl.trainer.outputs.checkpointing import resolve_resume_checkpoint
+
+    (tmp_path / marker).write_text("{}")  # a run with save_strategy: no leaves its final model and no checkpoint
+    with pytest.raises(ResumeError, match="it holds a finished model: that run ended without checkpoints, there is"):
+        resolve_resume_checkpoint("last", str(tmp_path))

@@ -161,9 +161,12 @@ def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: st
     if str(resume_from_checkpoint).lower() in LAST_CHECKPOINT_ALIASES:
         last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
         if last is None:
+            ended = any(os.path.isfile(os.path.join(output_dir, marker)) for marker in COMPLETION_MARKERS)
             raise ResumeError(
                 f"resume_from_checkpoint={resume_from_checkpoint}: no checkpoint-N folder in {output_dir}"
-            )
+                + (" (it holds a finished model: that run ended without checkpoints, there is nothing to resume)"
+                   if ended else "")
+            )  # fmt: skip
         return last
     if not os.path.isdir(resume_from_checkpoint):
         raise ResumeError(f"resume_from_checkpoint: {resume_from_checkpoint} is not a folder")
