@@ -21,7 +21,7 @@ def push(output_dir: str, hub_model_id: str, private: bool | None = None, revisi
     from huggingface_hub.utils import validate_repo_id
 
     from ..hub_uploads import HUB_FAILURES, create_hub_repo, failure_line, hub_endpoint, remedy, upload_output_folder
-    from ..trainer.outputs.run_safety import check_output_dir_free
+    from ..trainer.outputs.run_lock import check_output_dir_free
     from .hub import check_push_folder
 
     if not os.path.isdir(output_dir):

@@ -14,7 +14,7 @@ from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.errors import DemoError, OutputDirError, RecipeError
 from minimind_trl.grpo import parse_args
-from minimind_trl.trainer.outputs.run_safety import LOCK_NAME
+from minimind_trl.trainer.outputs.run_lock import LOCK_NAME
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -15,6 +15,7 @@ import os
 import shutil
 from dataclasses import asdict
 
+from accelerate.utils import is_peft_model
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
@@ -32,7 +33,8 @@ from .checkpointing import (
 from ...adapter_base import record_portable_base
 from ...hub_uploads import HUB_FAILURES, HubPushes, repo_error
 from .output_dir import run_length
-from .run_safety import guarded_run, output_dir_lock, recipe_settings
+from .run_lock import output_dir_lock
+from .run_safety import guarded_run, recipe_settings
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +100,12 @@ class CheckpointedTraining:
                     resume.checkpoint, resume.step, self.state.max_steps, run_length(self.args),
                 )  # fmt: skip
         return output
+
+    def lora_base_model(self) -> str | None:
+        """The folder (or Hub id) a LoRA run's policy was loaded from, which its native `.pth` merges the saved
+        adapter into; None when the policy is trained whole."""
+        model = self.accelerator.unwrap_model(self.model)
+        return model.get_base_model().name_or_path if is_peft_model(model) else None
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # accept_inexact_resume with a damaged or unsafe optimizer.pt/scheduler.pt: fresh state (warned), as the
@@ -195,7 +203,7 @@ class CheckpointedTraining:
                 }
                 json.dump(run_info, f, indent=2, default=str)
             if self.args.save_native_pth:  # upstream wrote its .pth at every save
-                write_native_weights(staged)
+                write_native_weights(staged, self.lora_base_model())
             record_portable_base(staged, final, run_dir)
 
         self.accelerator.wait_for_everyone()  # every rank has written its part
