@@ -21,7 +21,7 @@ ENDINGS = {
     "num_train_epochs": (dict(max_steps=-1, num_train_epochs=1), 2),
     "fractional num_train_epochs": (dict(max_steps=-1, num_train_epochs=1.5), 3),
     "gradient accumulation": (dict(max_steps=3, per_device_train_batch_size=4, gradient_accumulation_steps=2), 3),
-    "LoRA adapter": (dict(max_steps=3, use_peft=True, lora_r=4, lora_alpha=8, save_native_pth=False), 3),
+    "LoRA adapter": (dict(max_steps=3, use_peft=True, lora_r=4, lora_alpha=8), 3),  # its .pth: the merged model
 }
 FINISHED = "the run had already finished, nothing was trained"
 
