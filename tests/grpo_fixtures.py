@@ -99,6 +99,26 @@ def tiny_recipe(tmp_path: Path, policy: Path, data: Path, **overrides) -> Path:
     return path
 
 
+# Holds the output folder's lock (as a running `minimind-trl grpo` or demo does) until its stdin closes.
+HOLD_LOCK = """
+import sys
+from minimind_trl.trainer.outputs.run_lock import output_dir_lock
+with output_dir_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def hold_lock(folder):
+    """A second process holding `folder`'s run lock (it prints `locked` once it holds it, and lets go at stdin's end)."""
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=subprocess_env(),
+    )  # fmt: skip
+
+
 def subprocess_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))

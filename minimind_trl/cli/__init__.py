@@ -6,7 +6,7 @@ It imports a subcommand lazily, so `minimind-trl convert` does not pay for impor
 `--snake_case`; `--kebab-case` is accepted too.
 
 Modules: `recipe` -> `run_plan` -> `build` (with `policy` and `run_data`) -> `grpo` -> `hub` are the stages of
-`minimind-trl grpo`; `minimind-trl demo` runs them on an embedded default from `minimind_trl.demos` (imported by
+`minimind-trl grpo`; `push` pushes a finished output folder later; `minimind-trl demo` runs them on an embedded default from `minimind_trl.demos` (imported by
 name, like every subcommand: the demos sit above the commands). `process_exit` ends the process: a process of a
 distributed launch leaves without the interpreter's finalization, where gloo can abort it. A launcher variable set to
 something that is not a number (`WORLD_SIZE=abc`) is one error line for every command, `--help` included.
@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "convert": ("minimind_trl.conversion.convert", "native MiniMind .pth -> Hugging Face folder (safetensors)"),
     "export": ("minimind_trl.conversion.export", "Hugging Face folder -> native .pth, Llama, Qwen3, Qwen3-MoE or GGUF"),
     "merge-lora": ("minimind_trl.conversion.merge_lora", "merge a LoRA adapter into its base model"),
+    "push": ("minimind_trl.cli.push", "push a run's finished output folder to the Hugging Face Hub"),
 }
 
 

@@ -28,6 +28,7 @@ from ..trainer.outputs.run_lock import check_output_dir_free
 from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint, check_writable
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
+from .hub import check_hub_repo
 from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
 from .recipe import Recipe
 from .run_data import check_data_sources, held_out_source, mixture_identity, training_source
@@ -218,6 +219,8 @@ def check_run(
             "this run follows %s except in %d setting(s):\n  %s", title, len(departures), "\n  ".join(departures)
         )
     peft_config = lora_config(model_args)  # after the run identity, which records the recipe's own targets
+    if training_args.push_to_hub:  # last: a run refused for a local reason creates no repository
+        check_hub_repo(training_args)
     return RunPlan(
         resume,
         load_callbacks(script_args.callbacks),

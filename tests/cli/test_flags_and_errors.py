@@ -9,6 +9,7 @@ import pytest
 from minimind_trl.cli import main as cli
 from minimind_trl.demos import default as demo
 from minimind_trl.command_flags import both_spellings
+from minimind_trl.cli import push
 from minimind_trl.cli.recipe import make_parser
 from minimind_trl.conversion import convert, export, merge_lora
 from minimind_trl.errors import USER_ERROR_EXIT_CODE, MiniMindTRLError
@@ -30,6 +31,8 @@ def test_both_spellings():
          ["m", "o", "--format", "llama", "--no-verify"], "verify"),
         (merge_lora.build_parser().parse_args, ["a", "o", "--base_model", "b"], ["a", "o", "--base-model", "b"],
          "base_model"),
+        (push.build_parser().parse_args, ["o", "--hub_model_id", "a/b", "--hub_private_repo"],
+         ["o", "--hub-model-id", "a/b", "--hub-private-repo"], "hub_model_id"),
         (demo.parse_args, ["--output_dir", "d", "--warm_start_steps", "3"], ["--output-dir", "d", "--warm-start-steps", "3"],
          "output_dir"),
     ],
@@ -49,7 +52,8 @@ def test_grpo_takes_both_spellings():
 def test_every_user_error_is_one_class():
     from minimind_trl import errors
 
-    classes = [getattr(errors, name) for name in errors.__all__ if name[0].isupper() and name != "USER_ERROR_EXIT_CODE"]
+    classes = [getattr(errors, name) for name in errors.__all__ if isinstance(getattr(errors, name), type)]
+    assert len(classes) == len(errors.__all__) - 2  # all but USER_ERROR_EXIT_CODE and PUSH_FAILED_EXIT_CODE
     assert all(issubclass(cls, MiniMindTRLError) and issubclass(cls, ValueError) for cls in classes)
 
 
@@ -59,6 +63,7 @@ def test_every_user_error_is_one_class():
         (["convert", "no/such.pth", "out"], "no/such.pth: no such checkpoint file"),
         (["export", "no/such/folder", "out", "--format", "llama"], "no config.json"),
         (["merge-lora", "no/such/adapter", "out"], "not a LoRA adapter folder"),
+        (["push", "no/such/folder", "--hub_model_id", "someone/model"], "no/such/folder is not a folder"),
         (["grpo", "--model_name_or_path", "./no/such/model", "--dataset_name", "x.jsonl", "--reward_funcs", "format",
           "--use_cpu", "true", "--bf16", "false"],
          "model_name_or_path: ./no/such/model does not exist"),

@@ -8,23 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from grpo_fixtures import build_tiny_policy, hold_lock, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.errors import DemoError, OutputDirError, RecipeError
 from minimind_trl.grpo import parse_args
 from minimind_trl.trainer.outputs.run_lock import LOCK_NAME
-
-# Holds the output folder's lock (as a running demo or `minimind-trl grpo` does) until stdin closes.
-HOLD_LOCK = """
-import sys
-from minimind_trl.trainer.outputs.run_lock import output_dir_lock
-with output_dir_lock(sys.argv[1]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -153,10 +143,7 @@ def test_the_demo_holds_its_folder_until_it_exits_and_then_removes_the_lock_file
 
 def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
     folder = earlier_demo_run(tmp_path / "out")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
+    holder = hold_lock(folder)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(OutputDirError, match=f"in use by the run of pid {holder.pid}"):

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 
 from ...errors import OutputDirError
 from ...path_identity import MODEL_INPUT_FILES, Input, check_output_apart
@@ -95,6 +96,46 @@ def finished_model(output_dir: str) -> list[str]:
         return []
     weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(output_dir, name))]
     return ["config.json", *weights] if weights else []
+
+
+def saved_model(output_dir: str) -> list[str]:
+    """The files of the final save at the top of `output_dir`: a model (`config.json` and weights) or a LoRA adapter
+    (`adapter_config.json` and its weights), or []."""
+    model = finished_model(output_dir)
+    if model or not os.path.isfile(os.path.join(output_dir, "adapter_config.json")):
+        return model
+    weights = [name for name in WEIGHT_FILES if name.startswith("adapter_") and os.path.isfile(os.path.join(output_dir, name))]
+    return ["adapter_config.json", *weights] if weights else []
+
+
+@dataclass(frozen=True)
+class FinalOutputs:
+    """Which of a run's final outputs `output_dir` holds: the saved model (or adapter), the model card with the run's
+    section, upstream's native `.pth` with its sidecar. A resume of a finished run writes only what is missing."""
+
+    model: bool = False
+    card: bool = False
+    native: bool = False
+
+    @classmethod
+    def found_in(cls, output_dir: str) -> "FinalOutputs":
+        names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+        native = [name for name in names if NATIVE_OUTPUT.match(name) and name.endswith(".pth")]
+        return cls(
+            model=bool(saved_model(output_dir)),
+            card="README.md" in names and _written_by_a_run(output_dir, "README.md"),
+            native=any(_written_by_a_run(output_dir, name) for name in native),
+        )
+
+    def missing(self, save_native_pth: bool) -> list[str]:
+        """What a finished run's folder lacks, in words: `model`, `model card`, `native .pth`."""
+        wanted = [(self.model, "model"), (self.card, "model card"), (self.native or not save_native_pth, "native .pth")]
+        return [name for present, name in wanted if not present]
+
+
+def run_length(args) -> str:
+    """What sets the run's length, for messages: `max_steps N` or `num_train_epochs E`."""
+    return f"max_steps {args.max_steps}" if args.max_steps > 0 else f"num_train_epochs {args.num_train_epochs:g}"
 
 
 def _written_by_a_run(folder: str, name: str) -> bool:
@@ -181,6 +222,7 @@ def clear_old_checkpoints(output_dir: str) -> None:
 
 __all__ = [
     "CHECKPOINT_DIR",
+    "FinalOutputs",
     "LOCK_NAME",
     "WEIGHT_FILES",
     "check_inputs_apart",
@@ -191,5 +233,7 @@ __all__ = [
     "old_checkpoints",
     "reward_model_sources",
     "run_inputs",
+    "run_length",
     "run_writes",
+    "saved_model",
 ]

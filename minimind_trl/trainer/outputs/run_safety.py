@@ -13,16 +13,15 @@ import json
 import logging
 import os
 import re
-import shutil
 import struct
 import tempfile
 import zipfile
-from pathlib import Path
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from ...errors import MiniMindTRLError, OutputDirError, ResumeError
 from ..algorithm.policy_losses import check_loss_kwargs
-from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint
+from .checkpointing import RUN_INFO_NAME, checkpoint_step, resolve_resume_checkpoint
 from .output_dir import (  # the output folder's rules, re-exported for older imports
     WEIGHT_FILES,
     check_inputs_apart,
@@ -282,28 +281,14 @@ def _short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def save_staged(trainer, final: str, save) -> None:
-    """`save(folder)` (every process, as the Trainer's `save_model` needs) into `<final>/_staging/final`, then
-    moved into `final` file by file, `config.json` last (`publish_files`), under the output folder's lock."""
-    staged = os.path.join(final, STAGING_DIR, "final")
-    should_save = trainer.args.should_save
-    with output_dir_lock(final, enabled=should_save):
-        if should_save and os.path.exists(staged):
-            shutil.rmtree(staged)  # left over by a run killed while saving
-        trainer.accelerator.wait_for_everyone()
-        save(staged)
-        trainer.accelerator.wait_for_everyone()
-        if should_save:
-            publish_files(staged, final)
-        trainer.accelerator.wait_for_everyone()
+@dataclass(frozen=True)
+class GuardedResume:
+    """What `guarded_run` established about a resume: the checkpoint (None: a fresh run), its optimizer step, and the
+    state files an accepted inexact resume must not load (damaged or unsafe)."""
 
-
-def _checkpoint_step(checkpoint) -> str:
-    """The optimizer step a checkpoint was saved at (its `trainer_state.json`), or "?" when it says none."""
-    try:
-        return str(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):  # checked elsewhere; here only for the message
-        return "?"
+    checkpoint: str | None = None
+    step: int | None = None
+    skipped: tuple[str, ...] = ()
 
 
 @contextmanager
@@ -311,28 +296,31 @@ def guarded_run(args, resume_from_checkpoint, train_dataset=None, inputs=(), run
     """Around `Trainer.train`: refuse a dataset too small for one step, hold the output folder (saving process),
     refuse what would mix or inexactly continue runs or write over an input (`inputs`: `path_identity.Input`s, the
     policy, tokenizer, reward models and data), and clear the old checkpoints `overwrite_output_dir` asked to
-    replace. Yields the checkpoint's state files an accepted inexact resume must not load."""
+    replace. Yields a `GuardedResume`."""
     if train_dataset is not None and hasattr(train_dataset, "__len__"):
         check_enough_prompts(train_dataset, args)
     resume = None
     if resume_from_checkpoint not in (None, False):
         resume = resolve_resume_checkpoint(str(resume_from_checkpoint), args.output_dir)
-    skipped = []
     native = getattr(args, "save_native_pth", False)
     check_inputs_apart(args.output_dir, inputs, native)  # before the lock file is created there
     with output_dir_lock(args.output_dir, enabled=args.should_save):
         overwrite = getattr(args, "overwrite_output_dir", False)
         check_output_dir(args.output_dir, resume is not None, overwrite, inputs, save_native_pth=native)
-        if resume is not None:
-            skipped = check_resume_checkpoint(resume, args, run_identity)
-            if args.should_log:
-                logger.warning("resuming from %s (optimizer step %s)", resume, _checkpoint_step(resume))
-        elif args.should_save and overwrite:
-            clear_old_checkpoints(args.output_dir)
-        yield skipped
+        if resume is None:
+            if args.should_save and overwrite:
+                clear_old_checkpoints(args.output_dir)
+            yield GuardedResume()
+            return
+        skipped = check_resume_checkpoint(resume, args, run_identity)
+        step = checkpoint_step(resume)
+        if args.should_log:
+            logger.warning("resuming from %s (optimizer step %s)", resume, "?" if step is None else step)
+        yield GuardedResume(resume, step, tuple(skipped))
 
 
 __all__ = [
+    "GuardedResume",
     "check_enough_prompts",
     "check_output_dir",
     "check_resume_checkpoint",
@@ -344,5 +332,4 @@ __all__ = [
     "read_run_info",
     "recipe_settings",
     "run_inputs",
-    "save_staged",
 ]

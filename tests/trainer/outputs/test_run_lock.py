@@ -6,31 +6,12 @@ import os
 import signal
 import socket
 import stat
-import subprocess
-import sys
 
 import pytest
-from grpo_fixtures import subprocess_env
+from grpo_fixtures import hold_lock
 
 from minimind_trl.errors import OutputDirError
 from minimind_trl.trainer.outputs.run_lock import LOCK_NAME, check_output_dir_free, output_dir_lock
-
-# Holds the lock of argv[1] (as a running `minimind-trl grpo` would) until its stdin closes.
-HOLD_LOCK = """
-import sys
-from minimind_trl.trainer.outputs.run_lock import output_dir_lock
-with output_dir_lock(sys.argv[1]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
-
-def hold_lock(out):
-    """A second process holding `out`'s run lock (it prints `locked` once it holds it, and lets go at stdin's end)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
 
 
 

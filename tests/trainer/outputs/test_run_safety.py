@@ -10,8 +10,7 @@ import sys
 
 import pytest
 import torch
-from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
-from test_run_lock import hold_lock
+from grpo_fixtures import PROMPTS, build_tiny_policy, hold_lock, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.errors import OutputDirError, RecipeError, ResumeError, RewardFunctionError
 from minimind_trl.cli.grpo import main  # raises the user error (`minimind_trl.grpo.main` reports it, exit 2)
