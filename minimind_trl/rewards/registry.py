@@ -229,12 +229,6 @@ def reward_model_rewards() -> tuple[str, ...]:
     return tuple(name for name, entry in REWARDS.items() if entry.scores_with_reward_model)
 
 
-def __getattr__(name: str):
-    if name == "REWARD_MODEL_REWARDS":  # its earlier name, a constant: derived now, as the table can grow
-        return reward_model_rewards()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def register_reward(name: str, entry: RewardEntry) -> None:
     """Add a built-in reward that recipes name as `name`. A package's own rewards register where they live, when it
     is imported (`minimind_trl.agent.reward` registers the agent's), as a user's `package.module:function` needs no

@@ -128,7 +128,7 @@ def test_the_demo_replaces_only_its_own_earlier_outputs(tmp_path):
 PREPARE_DEMO_FOLDER = """
 import sys
 from pathlib import Path
-from minimind_trl.cli.demo_output_dir import prepare_output_dir
+from minimind_trl.demos.output_dir import prepare_output_dir
 prepare_output_dir(Path(sys.argv[1]))
 print("prepared", flush=True)
 sys.stdin.read()
