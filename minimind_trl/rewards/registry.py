@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import RewardSpecError
-from ..loading_utils import import_function, looks_local, whole_model_loading
+from ..loading_utils import import_function, is_import_spec, looks_local, whole_model_loading
 from .minimind3_rewards import AnswerRewardModelReward, length, repetition_penalty, think_close_count, thinking_length
 from .reward_model import RewardModelReward
 from .rule_rewards import format_reward, tag_count_reward
@@ -240,11 +240,7 @@ def register_reward(name: str, entry: RewardEntry) -> None:
 
 def import_reward_function(spec: str) -> Callable:
     """`package.module:function` or `package.module.function` -> the callable."""
-    return import_function(spec, "reward function", RewardSpecError)
-
-
-def _is_import_spec(name: str) -> bool:
-    return ":" in name or "." in name
+    return import_function(spec, "reward_funcs", RewardSpecError)
 
 
 def check_reward_specs(script_args, training_args) -> None:
@@ -255,7 +251,7 @@ def check_reward_specs(script_args, training_args) -> None:
     for name in names:
         if name in REWARDS:
             continue
-        if _is_import_spec(name):
+        if is_import_spec(name):
             import_reward_function(name)
             continue
         close = difflib.get_close_matches(name, REWARDS, n=1)
