@@ -291,6 +291,7 @@ def test_a_second_check_into_the_same_out_is_refused_while_the_first_runs(tmp_pa
         result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--cpu", "env"], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
         assert result.returncode == 2 and f"is in use by another GPU check (pid {holder.pid})" in result.stderr
+        assert result.stdout == ""  # refused before anything was installed or imported
         assert not (out / "gpu_check.json").exists()
     finally:
         holder.kill()  # killed, not ended: the lock goes with it
