@@ -61,7 +61,11 @@ def conversation_to_row(
         else:
             role = turn.get("role")
             if role not in VALID_ROLES:
-                raise RLAIFDataError(f"{where}: turn {index} has role {role!r}, expected one of {VALID_ROLES}")
+                raise RLAIFDataError(
+                    f"{where}: turn {index} has role {role!r}, expected one of {VALID_ROLES}: dataset_roles: data "
+                    "(MiniMind-3's recipes set it) reads each turn's own 'role'; write one in every turn, or set "
+                    "dataset_roles: position to take user, assistant, user, ... from the turns' order"
+                )
         messages.append({"role": role, "content": content})
     prompt = messages[:-1]
     if system_prompt is not None:

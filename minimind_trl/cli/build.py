@@ -14,6 +14,7 @@ from ..data import load_rlaif_dataset
 from ..prompt_rendering import PromptRendering, with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
+from .model_generation import warn_on_generation_mismatch
 from .policy import load_tokenizer, prepare_policy
 from .recipe import Recipe
 from .run_plan import RunPlan, check_enough_prompts, check_run
@@ -65,6 +66,7 @@ def build_from_plan(
     )
     with converting:
         prepare_policy(policy, model_args, script_args)
+    warn_on_generation_mismatch(script_args, training_args, policy.path, policy.base_model, model_args.model_revision)
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
     dataset = render_per_prompt(dataset, tokenizer, plan.rendering, plan.chat_template_kwargs)
     rollout_func = None

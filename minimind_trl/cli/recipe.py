@@ -6,6 +6,7 @@ file, line and the closest valid key. Recipes resolve as given or relative to th
 """
 
 import difflib
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from ..trainer.checks.config_ranges import NAMED_VALUES, RANGES, check_ranges, r
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -316,7 +318,46 @@ def parse_args(argv: list[str] | None = None):
         where = f" ({recipe.path})" if recipe.path else ""
         raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
     check_ranges(model_args)  # TRL's ModelConfig (lora_r, lora_alpha, lora_dropout) checks none of its numbers
+    drop_reward_model_rewards(script_args, training_args, recipe)
     return script_args, training_args, model_args, recipe
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The keys of the `--key` flags in `argv` (both spellings, with or without `=value`)."""
+    return {arg.removeprefix("--").partition("=")[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+
+
+def drop_reward_model_rewards(script_args, training_args, recipe: Recipe) -> None:
+    """`--reward_model_name_or_path null` runs the recipe without its reward model: the recipe's rewards that score
+    with it become their rule-only form (`agent_reward` -> `agent_rule_reward`) or are dropped with their weights,
+    and a note says which. Rewards given with `--reward_funcs` are taken as given (and checked as such)."""
+    overrides = recipe.overrides
+    if not null_overrides(overrides, {"reward_model_name_or_path"})[1] or "reward_funcs" in given_flags(overrides):
+        return
+    from ..agent import reward as _agent_rewards  # noqa: F401  (registers agent_reward and its rule-only form)
+    from ..rewards.registry import without_reward_model
+
+    names = list(script_args.reward_funcs or [])
+    weights = training_args.reward_weights
+    given_weights = "reward_weights" in given_flags(overrides)
+    kept, kept_weights, changes = without_reward_model(names, None if given_weights else weights)
+    if not changes:
+        return
+    source = recipe.path or "the recipe"
+    if not kept:
+        raise RecipeError(
+            f"--reward_model_name_or_path null: {source} scores with the reward model alone (reward_funcs {names}), "
+            "so nothing would be left to reward; name the run's rewards with --reward_funcs (docs/training.md#rewards)"
+        )
+    script_args.reward_funcs = kept
+    if not given_weights:
+        training_args.reward_weights = kept_weights
+    logger.warning(
+        "--reward_model_name_or_path null: %s runs without its reward model: %s; rewards now %s",
+        source,
+        ", ".join(changes),
+        ", ".join(kept),
+    )
 
 
 def _split_config_flag(argv: list[str]) -> list[str]:

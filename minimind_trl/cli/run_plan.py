@@ -224,11 +224,6 @@ def check_run(
         check_agent_recipe(script_args, training_args)
     check_reporting(training_args.report_to)
     check_extras(training_args)
-    if training_args.save_native_pth and model_args.use_peft:
-        raise RecipeError(
-            "save_native_pth needs full weights but use_peft trains an adapter: merge it first "
-            "(minimind-trl merge-lora ADAPTER_DIR OUT_DIR), then minimind-trl export OUT_DIR --format native"
-        )
     plugin = training_args.deepspeed_plugin
     if (
         training_args.save_native_pth

@@ -407,8 +407,10 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
-        section = render_run_section(self.run_card, self.state.log_history, self.hub_model_id)
-        extend_model_card(os.path.join(self.args.output_dir, "README.md"), section, self.run_card.base_model)
+        location = self.hub_model_id or self.args.output_dir  # where the card's code loads the model from
+        section = render_run_section(self.run_card, self.state.log_history, location)
+        readme = os.path.join(self.args.output_dir, "README.md")
+        extend_model_card(readme, section, self.run_card.base_model, location)
 
     def end(self):
         """transformers' end of a script (trackers, process group), after stopping a colocated vLLM engine, which
