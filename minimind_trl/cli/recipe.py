@@ -129,6 +129,37 @@ def check_override_ranges(argv: list[str]) -> None:
             raise RecipeError(f"--{name} {raw}: {problem}")
 
 
+def dict_keys(parser) -> set[str]:
+    """The keys whose field takes a dict (`loss_kwargs`, `lr_scheduler_kwargs`, ...): JSON on the command line."""
+    import typing
+
+    return {
+        key for key, annotation in field_types(parser).items()
+        if any(arg is dict or typing.get_origin(arg) is dict for arg in (annotation, *typing.get_args(annotation)))
+    }  # fmt: skip
+
+
+def check_override_json(argv: list[str], keys: set[str]) -> None:
+    """A dict setting's command-line value that starts with `{` is JSON (transformers reads it with `json.loads`),
+    refused naming the flag as typed when it is not (`--loss_kwargs '{coef: 0.1}'`: YAML's form, a raw
+    `JSONDecodeError` before)."""
+    import json
+
+    for index, arg in enumerate(argv):
+        name, equals, inline = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or name.replace("-", "_") not in keys:
+            continue
+        raw = inline if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if raw.startswith("{"):
+            try:
+                json.loads(raw)
+            except ValueError as exc:
+                raise RecipeError(
+                    f"--{name} {raw}: not JSON ({exc}); write it as --{name} '{{\"key\": 0.5}}' (keys and strings in "
+                    "double quotes, the whole value quoted for the shell)"
+                ) from None
+
+
 NULL_WORDS = ("null", "none", "~")  # YAML's null spellings (and Python's None), case-insensitive
 NULL_MEANINGFUL = {"report_to", *NAMED_VALUES}  # fields where the string "none" has its own meaning
 
@@ -312,6 +343,7 @@ def parse_args(argv: list[str] | None = None):
     else:
         recipe.overrides = list(argv)
     check_override_ranges(recipe.overrides)
+    check_override_json(recipe.overrides, dict_keys(parser))
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
@@ -379,6 +411,11 @@ def _process_hint(exc: Exception) -> str:
     if "divisible" not in str(exc):
         return ""
     world_size = os.environ.get("WORLD_SIZE", "1")
+    if "eval batch" in str(exc):
+        return (
+            f" [{world_size} process(es): the eval batch is per_device_eval_batch_size x processes completions and "
+            "must hold whole groups of num_generations_eval (unset: num_generations)]"
+        )
     return (
         f" [{world_size} process(es): the generation batch is per_device_train_batch_size x processes x "
         "steps_per_generation completions and must hold whole groups of num_generations]"
