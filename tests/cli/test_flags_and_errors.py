@@ -170,6 +170,7 @@ LIST_FLAGS = {
     "label_names": (["labels", "mask"], ["labels", "mask"]),
     "include_for_metrics": (["inputs", "loss"], ["inputs", "loss"]),
     "debug": (["underflow_overflow", "tpu_metrics_debug"], ["underflow_overflow", "tpu_metrics_debug"]),
+    "datasets": (["data/a.jsonl", "data/b.jsonl"], ["data/a.jsonl", "data/b.jsonl"]),
 }  # fmt: skip
 
 
@@ -183,7 +184,7 @@ def parsed_list(flag: str, argv: list[str]):
     argv = ["--output_dir", "o", "--use_cpu", "true", "--bf16", "false", *needs, *argv]
     settings = grpo_parser().parse_args_into_dataclasses(argv)
     value = next(getattr(group, flag) for group in settings if hasattr(group, flag))
-    return [getattr(item, "value", item) for item in value]  # `debug`: transformers' DebugOption members
+    return [getattr(item, "value", getattr(item, "path", item)) for item in value]  # `debug`'s enums, `datasets`' entries
 
 
 def test_every_list_flag_is_in_the_table():
