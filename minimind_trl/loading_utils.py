@@ -249,7 +249,7 @@ def _spec_problem(spec: str, module_name: str, attr: str) -> str | None:
     for `.mod` and look up `mod/x` as a module literally called so."""
     if spec.count(":") > 1:
         return "more than one ':'"
-    if "/" in spec or "\\" in spec or module_name.endswith(".py"):
+    if "/" in spec or "\\" in spec or module_name.endswith(".py") or spec.endswith(".py"):
         return "a file path, not a module name (pkg/mod.py is imported as pkg.mod)"
     if module_name.startswith("."):
         return "a relative module name (there is no package it could be relative to)"

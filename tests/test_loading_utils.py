@@ -45,6 +45,7 @@ def modules(tmp_path, monkeypatch):
         ("/abs/names_fine:f", "a file path, not a module name"),
         ("names_pkg\\inner:g", "a file path, not a module name"),
         ("names_fine.py:f", "a file path"),
+        ("names_fine.py", "a file path"),
         ("names_fine:f:extra", "more than one ':'"),
         (":f", "the module or the name in it is missing"),
         ("names_fine:", "the module or the name in it is missing"),
