@@ -124,7 +124,8 @@ def hold_out(out: Path) -> int:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(out / LOCK_NAME, flags, 0o644)
         except OSError as error:
-            raise OutError(f"OUT={out}: cannot write there ({error.strerror}); set OUT to a folder of your own") from None
+            raise OutError(f"OUT={out}: cannot write there ({error.strerror}); set OUT to a folder of your own") \
+                from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -545,8 +546,9 @@ def main(argv=None) -> int:
     write()
     if interrupted is not None:
         finished = [part for part, r in report["parts"].items() if r["status"] != "interrupted"]
-        print(f"gpu_check: interrupted by {interrupted}; stopped {', '.join(report['interrupted']['stopped']) or 'no part'}; "
-              f"finished: {', '.join(finished) or 'none'}; report {report_path}, log {log_path}", file=sys.stderr)  # fmt: skip
+        stopped = report["interrupted"]["stopped"]
+        print(f"gpu_check: interrupted by {interrupted}; stopped {', '.join(stopped) or 'no part'}; finished: "
+              f"{', '.join(finished) or 'none'}; report {report_path}, log {log_path}", file=sys.stderr)  # fmt: skip
         return 128 + interrupted.signum
     print(f"gpu_check: {len(report['parts']) - len(failed)} of {len(report['parts'])} parts passed or skipped "
           f"in {report['seconds']} s; report {report_path}, log {log_path}")  # fmt: skip

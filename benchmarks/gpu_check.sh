@@ -33,11 +33,13 @@ export OUT="${OUT:-$repo/gpu_check_out}"
 # which the driver inherits and holds until it ends, however it ends; taken first, before the wheels' install folder
 # is emptied. One line and exit 2 otherwise.
 if ! mkdir -p "$OUT" 2> /dev/null || [ -L "$OUT/gpu_check.lock" ] || ! true 2> /dev/null >> "$OUT/gpu_check.lock"; then
-    echo "gpu_check: error: OUT=$OUT: cannot write there (a file, a read-only folder or a link in the way); set OUT to a folder of your own" >&2
+    echo "gpu_check: error: OUT=$OUT: cannot write there (a file, a read-only folder or a link in the way);" \
+        "set OUT to a folder of your own" >&2
     exit 2
 fi
 exec 9>> "$OUT/gpu_check.lock"
-"$python" -c 'import sys; sys.path.insert(0, "benchmarks"); import gpu_check; sys.exit(gpu_check.take_lock(9, sys.argv[1]))' "$OUT" || exit 2
+"$python" -c 'import sys; sys.path.insert(0, "benchmarks"); import gpu_check; sys.exit(gpu_check.take_lock(9, sys.argv[1]))' \
+    "$OUT" || exit 2
 export GPU_CHECK_LOCK_FD=9
 cpu=0 carried=0 args=()
 for arg in "$@"; do

@@ -57,7 +57,7 @@ def modules(tmp_path, monkeypatch):
         ("names_missing_dependency:f", "No module named 'names_no_such_dependency'"),
         ("names_fine:g", "module 'names_fine' has no attribute 'g'"),
         ("names_exits:f", "importing module 'names_exits' called sys.exit(3) (names_exits.py, line 2)"),
-        ("names_exits_zero:f", "importing module 'names_exits_zero' called sys.exit(None) (names_exits_zero.py, line 3)"),
+        ("names_exits_zero:f", "module 'names_exits_zero' called sys.exit(None) (names_exits_zero.py, line 3)"),
         ("names_interrupted:f", "importing module 'names_interrupted' was interrupted by KeyboardInterrupt"),
         ("names_raises:f", "raised RuntimeError (names_raises.py, line 4): no GPU here second line"),
         ("names_base_exception:f", "raised Stop (names_base_exception.py, line 4): stopped"),

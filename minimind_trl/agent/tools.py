@@ -271,7 +271,8 @@ def resolve_tool(spec: str | Callable | Tool) -> Tool:
     if spec in MOCKS:
         return mock_tool(spec)
     if is_import_spec(spec):
-        return _tool_from_object(import_object(spec, "agent_tools", ToolSpecError, form="package.module:function"), spec)
+        found = import_object(spec, "agent_tools", ToolSpecError, form="package.module:function")
+        return _tool_from_object(found, spec)
     close = difflib.get_close_matches(spec, UPSTREAM_TOOL_NAMES, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ToolSpecError(

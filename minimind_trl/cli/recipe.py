@@ -52,7 +52,8 @@ def make_parser():
             namespace, remaining = super().parse_known_args(args, namespace)
             for action in self._actions:  # one item of a name-or-list flag stays the name it was (see take_lists)
                 value = getattr(namespace, action.dest, None)
-                if action.dest in name_or_list and isinstance(value, list) and len(value) == 1 and value is not action.default:
+                given = isinstance(value, list) and value is not action.default  # not the recipe's own list
+                if action.dest in name_or_list and given and len(value) == 1:
                     setattr(namespace, action.dest, value[0])
             return namespace, remaining
 

@@ -184,7 +184,7 @@ def parsed_list(flag: str, argv: list[str]):
     argv = ["--output_dir", "o", "--use_cpu", "true", "--bf16", "false", *needs, *argv]
     settings = grpo_parser().parse_args_into_dataclasses(argv)
     value = next(getattr(group, flag) for group in settings if hasattr(group, flag))
-    return [getattr(item, "value", getattr(item, "path", item)) for item in value]  # `debug`'s enums, `datasets`' entries
+    return [getattr(item, "value", getattr(item, "path", item)) for item in value]  # `debug`'s enums, `datasets`'
 
 
 def test_every_list_flag_is_in_the_table():
@@ -219,7 +219,8 @@ def test_every_list_flag_given_twice_is_refused_naming_it(flag):
 
 
 def test_a_list_flag_given_twice_ends_the_command_with_one_line(capsys):
-    argv = ["grpo", "--output_dir", "o", "--reward_funcs", "format", "--reward_weights", "1", "--reward_funcs", "tag_count"]
+    argv = ["grpo", "--output_dir", "o", "--reward_funcs", "format", "--reward_weights", "1",
+            "--reward_funcs", "tag_count"]
     assert cli(argv) == USER_ERROR_EXIT_CODE
     err = capsys.readouterr().err
     assert err.startswith("minimind-trl grpo: error: ") and "--reward_funcs is given twice" in err

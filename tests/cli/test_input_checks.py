@@ -104,7 +104,8 @@ BAD_NAMES = {
     "recipe_names_mod:f:extra": "more than one ':'",
     "recipe_names_exits:f": "importing module 'recipe_names_exits' called sys.exit(0)",
     "recipe_names_raises:f": "importing module 'recipe_names_raises' raised ImportWarning",
-    "minimind_trl.trainer.policy_losses:minimind3_cispo": "(did you mean 'minimind_trl.trainer.algorithm.policy_losses'?)",
+    "minimind_trl.trainer.policy_losses:minimind3_cispo":
+        "(did you mean 'minimind_trl.trainer.algorithm.policy_losses'?)",
 }
 
 
