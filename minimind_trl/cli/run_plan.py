@@ -39,9 +39,20 @@ REPORTING_EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "
 
 
 def check_reporting(report_to: list[str]) -> None:
+    """Each `report_to` name is an integration transformers knows, with its package installed; `none` and `all` stand
+    alone (transformers' `TrainingArguments` turned them into a list already). Otherwise transformers raises a bare
+    `ValueError` when the trainer is built."""
     from transformers.integrations import integration_utils
 
+    known = integration_utils.INTEGRATION_TO_CALLBACK
     for name in report_to or []:
+        if name not in known:
+            alone = " stands alone" if name in ("none", "all") else " is not a logging integration"
+            raise RecipeError(
+                f"report_to {name!r}{alone}: report_to takes none, all, or one or more of {', '.join(known)} "
+                "(on the command line --report_to tensorboard wandb, tensorboard,wandb or '[tensorboard, wandb]'; "
+                "in a recipe report_to: [tensorboard, wandb])"
+            )
         available = getattr(integration_utils, f"is_{name}_available", None)
         if name in REPORTING_EXTRAS and available is not None and not available():
             raise RecipeError(
@@ -73,8 +84,24 @@ def local_sources_only(script_args, model_args) -> bool:
 
 
 def load_callbacks(specs: list[str] | None) -> list:
-    """The `package.module:ClassName` callbacks of the recipe, built without arguments."""
-    return [import_object(spec, "callback", RecipeError, form="package.module:ClassName")() for spec in specs or []]
+    """The recipe's `package.module:ClassName` callbacks: transformers `TrainerCallback` classes, each built without
+    arguments (or instances of one). Anything else would fail at the run's first event, with a raw traceback."""
+    from transformers import TrainerCallback
+
+    callbacks = []
+    for spec in specs or []:
+        found = import_object(spec, "callbacks", RecipeError, form="package.module:ClassName")
+        if isinstance(found, TrainerCallback):
+            callbacks.append(found)
+            continue
+        if not (isinstance(found, type) and issubclass(found, TrainerCallback)):
+            raise RecipeError(f"callbacks {spec!r}: a {type(found).__name__}, not a transformers TrainerCallback class")
+        try:
+            callbacks.append(found())
+        except Exception as exc:
+            message = " ".join(str(exc).split())
+            raise RecipeError(f"callbacks {spec!r}: {found.__name__}() raised {type(exc).__name__}: {message}") from exc
+    return callbacks
 
 
 def prompt_rendering(script_args, training_args) -> PromptRendering:
