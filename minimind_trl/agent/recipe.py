@@ -2,23 +2,25 @@
 
 The settings themselves (`agent_tools`, `agent_tool_timeout`, `agent_max_turns`, `agent_max_total_length`,
 `thinking_ratio`) are the command's script arguments (`minimind_trl.cli.script_args`); each is checked there on its
-own. Here: the combinations with the trainer's settings, and the tokenizer's template.
+own. Here: the combinations with the trainer's settings, the tokenizer's template, and what the rollout reads
+(`AgentSettings`, derived once by the run plan).
 """
 
 import logging
+from dataclasses import dataclass
 
 from ..errors import RecipeError
 from ..prompt_rendering import OPEN_THINKING_KWARG
 from .data import decode_tools, tool_names
 from .rollout import DEFAULT_MAX_TOOL_OUTPUT, AgentRollout, observation_ids, render_text
-from .tools import recipe_toolbox
+from .tools import ToolboxSettings, toolbox_settings
 
 logger = logging.getLogger(__name__)
 
 
 def check_agent_recipe(script_args, training_args) -> None:
     """Refuse, naming the key, what an agent run could not honour; warn about what it ignores."""
-    recipe_toolbox(script_args)  # every tool name a mock or an importable function
+    toolbox_settings(script_args).load()  # every tool name a mock or an importable function
     if training_args.remove_unused_columns:
         raise RecipeError(
             "rollout: agent scores each rollout with its row's `tools` and `gt`, which remove_unused_columns=true "
@@ -100,10 +102,22 @@ def check_offered_tools(dataset, toolbox, source) -> None:
         )
 
 
-def build_agent_rollout(script_args) -> AgentRollout:
-    """The recipe's `AgentRollout`: its tools, turns, length cap and per-rollout thinking draw."""
-    return AgentRollout(
-        recipe_toolbox(script_args),
+@dataclass(frozen=True)
+class AgentSettings:
+    """What an agent run's rollout reads of the recipe, derived once by the run plan (`agent_settings`)."""
+
+    toolbox: ToolboxSettings
+    max_turns: int
+    max_total_length: int | None
+    thinking_ratio: float | None
+    max_tool_output: int | None = DEFAULT_MAX_TOOL_OUTPUT
+
+
+def agent_settings(script_args, toolbox: ToolboxSettings) -> AgentSettings:
+    """A `rollout: agent` recipe's `AgentSettings`: its tools, turns, length cap, per-rollout thinking draw and cap
+    on a turn's tool output."""
+    return AgentSettings(
+        toolbox,
         max_turns=script_args.agent_max_turns,
         max_total_length=script_args.agent_max_total_length,
         thinking_ratio=script_args.thinking_ratio,
@@ -111,4 +125,22 @@ def build_agent_rollout(script_args) -> AgentRollout:
     )
 
 
-__all__ = ["build_agent_rollout", "check_agent_recipe", "check_agent_tokenizer", "check_offered_tools"]
+def build_agent_rollout(settings: AgentSettings) -> AgentRollout:
+    """The recipe's `AgentRollout`, with a toolbox of its own."""
+    return AgentRollout(
+        settings.toolbox.load(),
+        max_turns=settings.max_turns,
+        max_total_length=settings.max_total_length,
+        thinking_ratio=settings.thinking_ratio,
+        max_tool_output=settings.max_tool_output,
+    )
+
+
+__all__ = [
+    "AgentSettings",
+    "agent_settings",
+    "build_agent_rollout",
+    "check_agent_recipe",
+    "check_agent_tokenizer",
+    "check_offered_tools",
+]

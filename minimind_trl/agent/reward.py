@@ -39,11 +39,11 @@ from typing import Any
 from ..rewards.minimind3_rewards import reward_model_messages, trigram_repetition_penalty
 from ..rewards.reward_model import Scorer, check_scorer, clip_score, rendered_prompt_turns
 from ..rewards import registry
-from ..rewards.registry import RewardEntry, check_reward_model, register_reward
+from ..rewards.registry import RewardEntry, RewardSpec, check_reward_model, register_reward
 from ..rewards.rule_rewards import Conversation, completion_text
 from .data import decode_batch_column, prompt_messages, tool_names
 from .parsing import THINK_CLOSE, TOOL_CALL_CLOSE, answer_tool_calls, split_turn, tag_imbalance
-from .tools import Toolbox, recipe_toolbox
+from .tools import Toolbox, ToolboxSettings, toolbox_settings
 
 TERMS = (
     "tag_balance",
@@ -250,20 +250,21 @@ class AgentReward:
         return f"AgentReward(scorer={scorer}, toolbox={self.toolbox!r}, clip={self.clip})"
 
 
-def build_agent_reward(script_args, context, tokenizer, scorer: Scorer | None) -> AgentReward:
-    """The registry's builder: `agent_reward` with the reward model's scorer, `agent_rule_reward` with None."""
+def build_agent_reward(spec: RewardSpec, tokenizer, scorer: Scorer | None) -> AgentReward:
+    """The registry's builder from the run's `RewardSpec`: `agent_reward` with the reward model's scorer,
+    `agent_rule_reward` with None."""
     return AgentReward(
         scorer,
         tokenizer=tokenizer,
-        toolbox=recipe_toolbox(script_args),
-        reward_model_clip=getattr(script_args, "reward_model_clip", 3.0),
-        chat_template_kwargs=context.chat_template_kwargs,
+        toolbox=(spec.toolbox or ToolboxSettings()).load(),
+        reward_model_clip=spec.reward_model_clip,
+        chat_template_kwargs=spec.chat_template_kwargs,
     )
 
 
 def check_agent_tools(script_args, training_args) -> None:
     """The agent reward's tools (`agent_tools`): every name a mock or an importable function."""
-    recipe_toolbox(script_args)
+    toolbox_settings(script_args).load()
 
 
 def check_agent_reward(script_args, training_args) -> None:
@@ -271,16 +272,15 @@ def check_agent_reward(script_args, training_args) -> None:
     check_agent_tools(script_args, training_args)
 
 
-def build_agent_model_reward(script_args, context, tokenizer) -> AgentReward:
+def build_agent_model_reward(spec: RewardSpec, tokenizer) -> AgentReward:
     """`agent_reward`: the reward model's score on the no-call branch."""
-    kind = check_reward_model(script_args, context)
-    scorer = registry.load_scorer(script_args.reward_model_name_or_path, kind, context.device)
-    return build_agent_reward(script_args, context, tokenizer, scorer)
+    scorer = registry.load_scorer(spec.reward_model_name_or_path, spec.reward_model_kind, spec.device)
+    return build_agent_reward(spec, tokenizer, scorer)
 
 
-def build_agent_rule_reward(script_args, context, tokenizer) -> AgentReward:
+def build_agent_rule_reward(spec: RewardSpec, tokenizer) -> AgentReward:
     """`agent_rule_reward`: no reward model (upstream's `reward_model=None`)."""
-    return build_agent_reward(script_args, context, tokenizer, None)
+    return build_agent_reward(spec, tokenizer, None)
 
 
 # The agent's rewards in the table recipes pick from (`reward_funcs: [agent_reward]`), registered here, where they live.

@@ -293,11 +293,26 @@ def load_toolbox(
     return Toolbox([resolve_tool(spec) for spec in specs], timeout=timeout)
 
 
-def recipe_toolbox(script_args) -> Toolbox:
-    """The toolbox a recipe names: `agent_tools` (mock names or `package.module:function`; unset: upstream's six
-    mocks) with `agent_tool_timeout` seconds per call (unset: upstream's 1 s). Fields a recipe may leave out."""
-    timeout = getattr(script_args, "agent_tool_timeout", DEFAULT_TIMEOUT)
-    return load_toolbox(getattr(script_args, "agent_tools", None), timeout=timeout)
+@dataclass(frozen=True)
+class ToolboxSettings:
+    """The toolbox a recipe names, as settings: `agent_tools` (mock names or `package.module:function`; None:
+    upstream's six mocks) with `agent_tool_timeout` seconds per call. The run plan derives it once; the data check,
+    the rollout and the agent's rewards each load their own `Toolbox` from it (`load`)."""
+
+    tools: tuple | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
+
+    def load(self) -> Toolbox:
+        return load_toolbox(self.tools, timeout=self.timeout)
+
+
+def toolbox_settings(script_args) -> ToolboxSettings:
+    """A recipe's `ToolboxSettings` (`agent_tools`, `agent_tool_timeout`: fields a recipe may leave out, upstream's
+    six mocks and 1 s then)."""
+    tools = getattr(script_args, "agent_tools", None)
+    return ToolboxSettings(
+        tuple(tools) if isinstance(tools, list) else tools, getattr(script_args, "agent_tool_timeout", DEFAULT_TIMEOUT)
+    )
 
 
 def execute_tool(name: Any, arguments: Any, toolbox: Toolbox | None = None) -> Any:
@@ -316,7 +331,6 @@ def _default_toolbox() -> Toolbox:
 
 
 __all__ = [
-    "recipe_toolbox",
     "DEFAULT_TIMEOUT",
     "MAX_TIMEOUT",
     "check_timeout",
@@ -326,6 +340,7 @@ __all__ = [
     "Tool",
     "ToolOutcome",
     "Toolbox",
+    "ToolboxSettings",
     "check_args",
     "execute_tool",
     "load_toolbox",
@@ -333,4 +348,5 @@ __all__ = [
     "observation_text",
     "resolve_tool",
     "tool_from_function",
+    "toolbox_settings",
 ]

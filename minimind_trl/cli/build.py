@@ -1,14 +1,14 @@
 """Stage 3 of `minimind-trl grpo`: the built parts. Data, policy source, tokenizer and rewards, then the trainer.
 
 Runs after the run plan (`run_plan.check_run`), so everything here may load: nothing is checked again, and what
-the plan derived (where the policy loads from, the prompt rendering, the policy's `from_pretrained` arguments,
-the adapter, the run identity and the model card) is read from it.
+the plan derived (where the prompts are read from, where the policy loads from and how a native `.pth` converts,
+the prompt rendering, the agent's rollout and tools, the reward spec, the policy's `from_pretrained` arguments, the
+adapter, the run identity and the model card) is read from it; the script arguments are not.
 """
 
 from contextlib import nullcontext
 
 from ..agent.recipe import build_agent_rollout, check_agent_tokenizer, check_offered_tools
-from ..agent.tools import recipe_toolbox
 from ..prompt_rendering import PromptRendering, with_rendered_prompts
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
@@ -28,7 +28,7 @@ def render_per_prompt(dataset, tokenizer, rendering: PromptRendering, chat_templ
 
 
 def build_from_plan(
-    plan: RunPlan, script_args, training_args, model_args, callbacks=None, train_dataset=None, eval_dataset=None
+    plan: RunPlan, training_args, model_args, callbacks=None, train_dataset=None, eval_dataset=None
 ) -> MiniMindGRPOTrainer:
     """Load the parts a checked plan names and construct the trainer (not yet trained)."""
     training_args.resume_from_checkpoint = plan.resume_from_checkpoint
@@ -36,31 +36,34 @@ def build_from_plan(
     if train_dataset is not None:
         data = RunData(train_dataset, eval_dataset)
     else:
-        data = load_run_data(script_args, training_args)
+        with training_args.main_process_first(desc="loading the data"):  # the others then hit the cache
+            data = load_run_data(plan.prompts)
     source = plan.run_card.dataset if train_dataset is None else None
     check_enough_prompts(data.train, training_args, source)
-    if script_args.rollout == "agent":  # before the policy loads: the data is read now
-        toolbox = recipe_toolbox(script_args)
+    if plan.agent is not None:  # before the policy loads: the data is read now
+        toolbox = plan.agent.toolbox.load()
         check_offered_tools(data.train, toolbox, source)
         if data.eval is not None:
             check_offered_tools(data.eval, toolbox, plan.run_card.eval_dataset)
     policy = plan.policy  # a native .pth: the main process converts it, the others then read its folder
     converting = (
         training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy")
-        if policy.native_checkpoint is not None
+        if policy.native is not None
         else nullcontext()
     )
     with converting:
-        prepare_policy(policy, model_args, script_args)
-    warn_on_generation_mismatch(script_args, training_args, policy.path, policy.base_model, model_args.model_revision)
+        prepare_policy(policy, model_args.model_revision)
+    warn_on_generation_mismatch(
+        plan.rewards.reward_funcs, training_args, policy.path, policy.base_model, model_args.model_revision
+    )
     tokenizer = load_tokenizer(policy.tokenizer_path, revision=model_args.model_revision)
     train = render_per_prompt(data.train, tokenizer, plan.rendering, plan.chat_template_kwargs)
     held_out = render_per_prompt(data.eval, tokenizer, plan.rendering, plan.chat_template_kwargs)
     rollout_func = None
-    if script_args.rollout == "agent":
-        check_agent_tokenizer(tokenizer, script_args.thinking_ratio, plan.chat_template_kwargs)
-        rollout_func = build_agent_rollout(script_args)
-    reward_funcs = build_reward_funcs(script_args, plan.reward_context, tokenizer)
+    if plan.agent is not None:
+        check_agent_tokenizer(tokenizer, plan.agent.thinking_ratio, plan.chat_template_kwargs)
+        rollout_func = build_agent_rollout(plan.agent)
+    reward_funcs = build_reward_funcs(plan.rewards, tokenizer)
     return MiniMindGRPOTrainer(
         model=policy.path,
         reward_funcs=reward_funcs,
@@ -86,7 +89,7 @@ def build_trainer(
     prompts when the run evaluates) replace the data the recipe names.
     """
     plan = check_run(script_args, training_args, model_args, check_data=train_dataset is None, recipe=recipe)
-    return build_from_plan(plan, script_args, training_args, model_args, callbacks, train_dataset, eval_dataset)
+    return build_from_plan(plan, training_args, model_args, callbacks, train_dataset, eval_dataset)
 
 
 __all__ = ["build_from_plan", "build_trainer", "render_per_prompt"]

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     show_package_notes()
     script_args, training_args, model_args, recipe = parse_args(argv)
     plan = check_run(script_args, training_args, model_args, recipe=recipe)
-    trainer = build_from_plan(plan, script_args, training_args, model_args)
+    trainer = build_from_plan(plan, training_args, model_args)
     try:
         run(trainer, script_args)
     except OSError as exc:

@@ -32,12 +32,12 @@ def policy_architecture(name_or_path: str, revision: str = "main") -> str | None
     return config.get("minimind_generation", MINIMIND2)
 
 
-def recipe_generation_warning(script_args, training_args, policy_name: str, architecture: str | None) -> str | None:
-    """The warning for a recipe of the other generation than the policy's `architecture` (None: they agree, or
-    either is unknown)."""
+def recipe_generation_warning(reward_funcs, training_args, policy_name: str, architecture: str | None) -> str | None:
+    """The warning for a recipe (its `reward_funcs`, its `upstream:`) of the other generation than the policy's
+    `architecture` (None: they agree, or either is unknown)."""
     if architecture not in LABELS:
         return None
-    rewards = [name for name in script_args.reward_funcs or [] if REWARDS.get(name) and REWARDS[name].generation]
+    rewards = [name for name in reward_funcs or [] if REWARDS.get(name) and REWARDS[name].generation]
     foreign = [name for name in rewards if GENERATIONS[REWARDS[name].generation].architecture != architecture]
     upstream = GENERATIONS.get(getattr(training_args, "upstream", None) or "")
     if foreign:
@@ -56,10 +56,10 @@ def recipe_generation_warning(script_args, training_args, policy_name: str, arch
     )
 
 
-def warn_on_generation_mismatch(script_args, training_args, policy_path: str, policy_name: str, revision: str) -> None:
+def warn_on_generation_mismatch(reward_funcs, training_args, policy_path: str, policy_name: str, revision: str) -> None:
     """Log `recipe_generation_warning` for the policy at `policy_path` (its loadable folder or Hub id), once."""
     architecture = policy_architecture(policy_path, revision)
-    warning = recipe_generation_warning(script_args, training_args, policy_name, architecture)
+    warning = recipe_generation_warning(reward_funcs, training_args, policy_name, architecture)
     if warning is not None and training_args.process_index == 0:
         logger.warning(warning)
 

@@ -24,13 +24,25 @@ SOURCE_MARKER = "minimind_source.json"
 
 
 @dataclass(frozen=True)
+class NativeConversion:
+    """What converting a native `.pth` policy reads of the recipe: the checkpoint, the tokenizer it gets
+    (`tokenizer_name_or_path`), its query heads (`native_num_attention_heads`) and `native_config`."""
+
+    checkpoint: str
+    tokenizer: str
+    num_attention_heads: int | None = None
+    settings: dict | None = None
+
+
+@dataclass(frozen=True)
 class PolicySource:
-    """What `from_pretrained` gets (`path`) and what the model card calls the base model (`base_model`)."""
+    """What `from_pretrained` gets (`path`), what the model card calls the base model (`base_model`) and, for a
+    native `.pth`, its conversion into `path`."""
 
     path: str
     tokenizer_path: str
     base_model: str
-    native_checkpoint: str | None = None
+    native: NativeConversion | None = None
 
 
 def is_native_checkpoint(name_or_path: str) -> bool:
@@ -151,21 +163,20 @@ def policy_source(model_args, script_args, output_dir: str) -> PolicySource:
             )
         return PolicySource(path=name, tokenizer_path=tokenizer or name, base_model=name)
     folder = os.path.join(output_dir, CONVERTED_DIR)
-    return PolicySource(path=folder, tokenizer_path=folder, base_model=name, native_checkpoint=name)
+    native = NativeConversion(name, tokenizer, script_args.native_num_attention_heads,
+                              getattr(script_args, "native_config", None))  # fmt: skip
+    return PolicySource(path=folder, tokenizer_path=folder, base_model=name, native=native)
 
 
-def prepare_policy(source: PolicySource, model_args, script_args) -> PolicySource:
+def prepare_policy(source: PolicySource, revision: str = "main") -> PolicySource:
     """Make `source.path` loadable: convert a native `.pth` there (the caller runs this on the main process first),
-    or check a MiniMind folder's weights against its config."""
-    if source.native_checkpoint is None:
-        check_policy_weights(source.path, revision=model_args.model_revision)
+    or check a MiniMind folder's weights (at `revision`) against its config."""
+    native = source.native
+    if native is None:
+        check_policy_weights(source.path, revision=revision)
         return source
     convert_native_policy(
-        source.native_checkpoint,
-        script_args.tokenizer_name_or_path,
-        os.path.dirname(source.path),
-        script_args.native_num_attention_heads,
-        getattr(script_args, "native_config", None),
+        native.checkpoint, native.tokenizer, os.path.dirname(source.path), native.num_attention_heads, native.settings
     )
     return source
 
@@ -173,10 +184,10 @@ def prepare_policy(source: PolicySource, model_args, script_args) -> PolicySourc
 def resolve_policy(model_args, script_args, training_args) -> PolicySource:
     """The policy's `from_pretrained` path (`policy_source`), converting a native `.pth` on the main process first."""
     source = policy_source(model_args, script_args, training_args.output_dir)
-    if source.native_checkpoint is None:
-        return prepare_policy(source, model_args, script_args)
+    if source.native is None:
+        return prepare_policy(source, model_args.model_revision)
     with training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy"):
-        return prepare_policy(source, model_args, script_args)
+        return prepare_policy(source, model_args.model_revision)
 
 
 def load_tokenizer(tokenizer_path: str, revision: str = "main"):
@@ -223,6 +234,7 @@ __all__ = [
     "CONVERTED_DIR",
     "MINIMIND_LORA_TARGETS",
     "ModelSourceError",
+    "NativeConversion",
     "PolicySource",
     "check_model_source",
     "check_policy_weights",

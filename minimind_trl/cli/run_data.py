@@ -48,6 +48,25 @@ class RunData:
     eval: object = None
 
 
+@dataclass(frozen=True)
+class PromptSources:
+    """Where a run's prompts are read from and how: the run plan derives it from the recipe once
+    (`prompt_sources`), and loading (`load_run_data`) reads it and nothing else of the recipe."""
+
+    rollout: str = "single_turn"  # whose loader reads the rows: the agent's keeps each row's `tools` and `gt`
+    roles: str = "position"  # `dataset_roles`
+    dataset_name: str | None = None
+    data_files: object = None  # `dataset_data_files`
+    train_split: str = "train"
+    test_split: str = "test"
+    mixture: tuple = ()  # TRL's `datasets:` entries (`DatasetConfig`), in dataset_name's place
+    test_split_size: float | None = None
+    eval_dataset_name: str | None = None
+    evaluates: bool = False
+    max_samples: int | None = None  # `dataset_max_samples`, for the training and the held-out prompts
+    seed: int = 42  # draws a mixture's held-out rows
+
+
 def looks_like_hub_dataset(name: str) -> bool:
     """`owner/name` (one slash, no data-file extension, not a path form): what a Hub dataset id looks like."""
     owner, slash, repo = name.partition("/")
@@ -141,12 +160,12 @@ def check_mixture(script_args) -> None:
             raise RecipeError(f"datasets: fractions {fractions} must be 0 or more, and not all 0")
 
 
-def load_prompts(script_args, source: str, split: str | None, key: str, data_files=None):
+def load_prompts(sources: PromptSources, path: str, split: str | None, key: str, data_files=None):
     """The prompts of one source's split through the rollout's loader; a missing split names `key`."""
     with split_named_by(key, split):
-        if script_args.rollout == "agent":
-            return load_agent_dataset(source, split=split, data_files=data_files)
-        return load_rlaif_dataset(source, split=split, data_files=data_files, roles=script_args.dataset_roles)
+        if sources.rollout == "agent":
+            return load_agent_dataset(path, split=split, data_files=data_files)
+        return load_rlaif_dataset(path, split=split, data_files=data_files, roles=sources.roles)
 
 
 @contextmanager
@@ -166,39 +185,38 @@ def mixture_sizes(sizes: list[int], fractions: list[float]) -> list[int]:
     return [round(weight * total) for weight in weights]
 
 
-def load_mixture(script_args, seed: int) -> dict:
+def load_mixture(sources: PromptSources) -> dict:
     """The `datasets:` mixture as TRL's `get_dataset` builds it, from MiniMind's loaders: `{"train": ...}`, and
-    `"test"` when `test_split_size` holds rows out (drawn with `seed`, so a resume holds out the same rows)."""
+    `"test"` when `test_split_size` holds rows out (drawn with the run's seed, so a resume holds out the same rows)."""
     parts = [
-        load_prompts(script_args, entry.path, entry.split, f"datasets[{index}].split", entry.data_files)
-        for index, entry in enumerate(script_args.datasets)
+        load_prompts(sources, entry.path, entry.split, f"datasets[{index}].split", entry.data_files)
+        for index, entry in enumerate(sources.mixture)
     ]
-    fractions = [entry.fraction for entry in script_args.datasets]
+    fractions = [entry.fraction for entry in sources.mixture]
     if fractions[0] is not None:
         parts = [part.select(range(size)) for part, size in zip(parts, mixture_sizes(list(map(len, parts)), fractions))]
     rows = [row for part in parts for row in part.to_list()]
     if not rows:
         raise RecipeError(f"datasets: the mixture keeps no rows (fractions {fractions})")
     combined = datasets.Dataset.from_list(rows)  # one schema for all parts (their messages may differ in keys)
-    if script_args.test_split_size is None:
+    if sources.test_split_size is None:
         return {"train": combined}
     try:
-        return dict(combined.train_test_split(test_size=script_args.test_split_size, seed=seed))
+        return dict(combined.train_test_split(test_size=sources.test_split_size, seed=sources.seed))
     except ValueError as error:  # a size of no rows, or of all of them
-        raise RecipeError(f"test_split_size={script_args.test_split_size}: {error}") from None
+        raise RecipeError(f"test_split_size={sources.test_split_size}: {error}") from None
 
 
-def load_eval_prompts(script_args, mixture: dict | None):
+def load_eval_prompts(sources: PromptSources, mixture: dict | None):
     """The held-out prompts: of `eval_dataset_name` (a file whole), of the mixture, or of `dataset_name`."""
-    split = script_args.dataset_test_split
-    if script_args.eval_dataset_name is not None:
-        source = script_args.eval_dataset_name
-        return load_prompts(script_args, source, None if has_one_split(source) else split, "dataset_test_split")
+    split = sources.test_split
+    if sources.eval_dataset_name is not None:
+        path = sources.eval_dataset_name
+        return load_prompts(sources, path, None if has_one_split(path) else split, "dataset_test_split")
     if mixture is not None:
         with split_named_by("dataset_test_split", split):
             return mixture[check_split(MIXTURE, split, mixture)]
-    return load_prompts(script_args, script_args.dataset_name, split, "dataset_test_split",
-                        script_args.dataset_data_files)
+    return load_prompts(sources, sources.dataset_name, split, "dataset_test_split", sources.data_files)
 
 
 def training_source(script_args) -> str:
@@ -221,22 +239,38 @@ def held_out_source(script_args, training_args) -> str | None:
     return f"{name} [{script_args.dataset_test_split}]"
 
 
-def load_run_data(script_args, training_args) -> RunData:
-    """The training prompts and, when the run evaluates, the held-out ones (the main process reads first, the
-    others hit the cache); `dataset_max_samples` caps both."""
-    with training_args.main_process_first(desc="loading the data"):
-        split = script_args.dataset_train_split
-        mixture = load_mixture(script_args, training_args.seed) if script_args.datasets else None
-        if mixture is not None:
-            with split_named_by("dataset_train_split", split):
-                train = mixture[check_split(MIXTURE, split, mixture)]
-        else:
-            train = load_prompts(script_args, script_args.dataset_name, split, "dataset_train_split",
-                                 script_args.dataset_data_files)
-        data = RunData(train)
-        if evaluates(training_args):
-            data.eval = load_eval_prompts(script_args, mixture)
-    limit = script_args.dataset_max_samples
+def prompt_sources(script_args, training_args) -> PromptSources:
+    """What loading the run's prompts reads of the recipe (the run plan's part)."""
+    return PromptSources(
+        rollout=script_args.rollout,
+        roles=script_args.dataset_roles,
+        dataset_name=script_args.dataset_name,
+        data_files=script_args.dataset_data_files,
+        train_split=script_args.dataset_train_split,
+        test_split=script_args.dataset_test_split,
+        mixture=tuple(script_args.datasets or ()),
+        test_split_size=script_args.test_split_size,
+        eval_dataset_name=script_args.eval_dataset_name,
+        evaluates=evaluates(training_args),
+        max_samples=script_args.dataset_max_samples,
+        seed=training_args.seed,
+    )
+
+
+def load_run_data(sources: PromptSources) -> RunData:
+    """The training prompts and, when the run evaluates, the held-out ones; `max_samples` caps both. Under several
+    processes the caller has the main process read first (the others hit the cache)."""
+    split = sources.train_split
+    mixture = load_mixture(sources) if sources.mixture else None
+    if mixture is not None:
+        with split_named_by("dataset_train_split", split):
+            train = mixture[check_split(MIXTURE, split, mixture)]
+    else:
+        train = load_prompts(sources, sources.dataset_name, split, "dataset_train_split", sources.data_files)
+    data = RunData(train)
+    if sources.evaluates:
+        data.eval = load_eval_prompts(sources, mixture)
+    limit = sources.max_samples
     if limit is not None:
         data.train = data.train.select(range(min(limit, len(data.train))))
         if data.eval is not None:
@@ -250,6 +284,7 @@ def mixture_identity(script_args) -> list[dict]:
 
 
 __all__ = [
+    "PromptSources",
     "RunData",
     "check_data_sources",
     "check_dataset_source",
@@ -261,5 +296,6 @@ __all__ = [
     "looks_like_hub_dataset",
     "mixture_identity",
     "mixture_sizes",
+    "prompt_sources",
     "training_source",
 ]

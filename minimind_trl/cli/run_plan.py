@@ -3,9 +3,11 @@
 Recipe keys were checked when parsing; here the policy and data locations, reward names, imports and the reward
 model's `config.json`, logging integrations, option combinations, the resume checkpoint and its batch geometry
 and the callbacks, and where a recipe that declares `upstream: <generation>` departs from that generation. The
-same pass derives, once, what the later stages read: where the policy loads from, the prompt rendering, the
+same pass derives, once, what the later stages read: where the prompts are read from, where the policy loads from
+(and how a native `.pth` converts), the prompt rendering, the agent's rollout and tools, the reward spec, the
 policy's `from_pretrained` arguments, the adapter, the run identity and the model card. The result, `RunPlan`,
-is what the building stage and the trainer read; nothing after it checks or derives these again.
+is what the building stage and the trainer read; nothing after it reads the script arguments, or checks or derives
+these again.
 """
 
 import dataclasses
@@ -13,12 +15,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from ..agent.recipe import check_agent_recipe
+from ..agent.recipe import AgentSettings, agent_settings, check_agent_recipe
+from ..agent.tools import toolbox_settings
 from ..errors import RecipeError
 from ..generations import deviations, format_value, get_generation
 from ..loading_utils import import_object
 from ..prompt_rendering import PromptRendering
-from ..rewards.registry import RewardContext, check_reward_specs
+from ..rewards.registry import RewardSpec, check_reward_specs, reward_spec
 from ..trainer.outputs.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
 from ..trainer.outputs.run_identity import normal_path, path_fingerprint
 from ..trainer.checks.extras import check_extras
@@ -31,7 +34,9 @@ from ..trainer.outputs.model_card import RunCard, describe_run
 from .hub import check_hub_repo
 from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
 from .recipe import Recipe
-from .run_data import check_data_sources, held_out_source, mixture_identity, training_source
+from .run_data import (
+    PromptSources, check_data_sources, held_out_source, mixture_identity, prompt_sources, training_source
+)
 
 logger = logging.getLogger(__name__)
 
@@ -183,13 +188,15 @@ class RunPlan:
     callbacks: list
     upstream_departures: list[str] = field(default_factory=list)
     run_identity: dict = field(default_factory=dict)
+    prompts: PromptSources = field(default_factory=PromptSources)  # where the prompts are read from
     policy: PolicySource | None = None  # where the policy loads from (a native .pth: its conversion's folder)
     rendering: PromptRendering = field(default_factory=PromptRendering)  # per-prompt choices, or none
+    agent: AgentSettings | None = None  # the rollout and tools of `rollout: agent` (None: single-turn)
     chat_template_kwargs: dict = field(default_factory=dict)  # what every chat template renders with
     model_init_kwargs: dict = field(default_factory=dict)  # `from_pretrained`'s, for the policy and the reference
     peft_config: object = None  # the adapter TRL wraps the policy in (`lora_config`), or None
     run_card: RunCard | None = None  # the model card's description of the run
-    reward_context: RewardContext = field(default_factory=RewardContext)  # what the reward builders read
+    rewards: RewardSpec = field(default_factory=RewardSpec)  # what the reward builders read
 
 
 def check_run(
@@ -205,8 +212,10 @@ def check_run(
     check_reward_specs(script_args, training_args)
     rendering = prompt_rendering(script_args, training_args)
     check_rendering_settings(rendering, training_args)
+    toolbox, agent = toolbox_settings(script_args), None
     if script_args.rollout == "agent":
         check_agent_recipe(script_args, training_args)
+        agent = agent_settings(script_args, toolbox)
     check_reporting(training_args.report_to)
     check_extras(training_args)
     plugin = training_args.deepspeed_plugin
@@ -253,15 +262,17 @@ def check_run(
         load_callbacks(script_args.callbacks),
         departures,
         identity,
+        prompts=prompt_sources(script_args, training_args),
         policy=policy,
         rendering=rendering,
+        agent=agent,
         chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
         model_init_kwargs=model_init_kwargs(model_args, training_args),
         peft_config=peft_config,
         run_card=run_card(
             script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, own_data=not check_data
         ),
-        reward_context=RewardContext(training_args.device, dict(training_args.chat_template_kwargs or {})),
+        rewards=reward_spec(script_args, training_args, toolbox),
     )
 
 

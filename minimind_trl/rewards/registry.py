@@ -13,7 +13,8 @@ the reward model). They live in `minimind_trl.agent`, which uses this module, an
 build its TRL reward callable. Any other name must be an importable `package.module:function` (also
 `package.module.function`; the working directory is importable, as in TRL's scripts). `check_reward_specs`
 runs every check (names, imports, weights, the reward model's `config.json`), so a typo fails in a second,
-not after the policy has been built; `build_reward_funcs` then builds the callables in `reward_funcs` order.
+not after the policy has been built; `reward_spec` derives what the builders read (`RewardSpec`), and
+`build_reward_funcs` builds the callables from it in `reward_funcs` order.
 """
 
 import difflib
@@ -35,8 +36,7 @@ REWARD_MODEL_TYPES = ("auto", "internlm2", "sequence_classification")
 
 @dataclass(frozen=True)
 class RewardEntry:
-    """A built-in reward: `build(script_args, context, tokenizer)` returns its TRL reward callable (`context`: the
-    `RewardContext` of the run, or its `GRPOConfig`, which has the same attributes);
+    """A built-in reward: `build(spec, tokenizer)` returns its TRL reward callable from the run's `RewardSpec`;
     `check(script_args, training_args)`, when given, validates its options before anything is loaded; `python`
     names what Python users import instead, from `module`."""
 
@@ -51,12 +51,20 @@ class RewardEntry:
 
 
 @dataclass(frozen=True)
-class RewardContext:
-    """What a reward's builder reads of the run's settings: where its reward model runs and how prompts are
-    rendered for it. The run plan derives it once; a `GRPOConfig` has the same attributes and works as well."""
+class RewardSpec:
+    """What the reward builders read of a run, derived once from its checked settings (`reward_spec`): the rewards
+    in `reward_funcs` order; the reward model's source, its kind (read from its `config.json`), clip and answer
+    blend; where it runs and how prompts are rendered for it; and the recipe's tools, which the agent's rewards run
+    (its `ToolboxSettings`; None: upstream's six mocks)."""
 
+    reward_funcs: tuple[str, ...] = ()
+    reward_model_name_or_path: str | None = None
+    reward_model_kind: str | None = None  # `reward_model_kind`'s answer; None when no listed reward scores with it
+    reward_model_clip: float = 3.0
+    reasoning: bool = True
     device: object = "cpu"
     chat_template_kwargs: dict | None = None
+    toolbox: object = None
 
 
 # --------------------------------------------------------------------------- the reward model
@@ -149,26 +157,24 @@ def load_scorer(name_or_path: str, kind: str, device):
         return scorer_class.from_pretrained(name_or_path, device=device)
 
 
-def build_reward_model_reward(script_args, context, tokenizer) -> RewardModelReward:
+def build_reward_model_reward(spec: RewardSpec, tokenizer) -> RewardModelReward:
     """Upstream's reward-model term: turns of the rendered prompt + completion, clipped, answer-blended."""
-    kind = check_reward_model(script_args, context)
     return RewardModelReward(
-        load_scorer(script_args.reward_model_name_or_path, kind, context.device),
+        load_scorer(spec.reward_model_name_or_path, spec.reward_model_kind, spec.device),
         tokenizer=tokenizer,
-        reasoning=script_args.reasoning,
-        clip=script_args.reward_model_clip,
-        chat_template_kwargs=context.chat_template_kwargs,
+        reasoning=spec.reasoning,
+        clip=spec.reward_model_clip,
+        chat_template_kwargs=spec.chat_template_kwargs,
     )
 
 
-def build_answer_reward_model_reward(script_args, context, tokenizer) -> AnswerRewardModelReward:
+def build_answer_reward_model_reward(spec: RewardSpec, tokenizer) -> AnswerRewardModelReward:
     """MiniMind-3's reward-model term: the answer after the folded conversation, clipped, no blend."""
-    kind = check_reward_model(script_args, context)
     return AnswerRewardModelReward(
-        load_scorer(script_args.reward_model_name_or_path, kind, context.device),
+        load_scorer(spec.reward_model_name_or_path, spec.reward_model_kind, spec.device),
         tokenizer=tokenizer,
-        clip=script_args.reward_model_clip,
-        chat_template_kwargs=context.chat_template_kwargs,
+        clip=spec.reward_model_clip,
+        chat_template_kwargs=spec.chat_template_kwargs,
     )
 
 
@@ -324,20 +330,36 @@ def check_reward_specs(script_args, training_args) -> None:
         )
 
 
-def build_reward_funcs(script_args, context, tokenizer) -> list[Callable]:
-    """The TRL reward callables, in `reward_funcs` order (`context`: a `RewardContext` or the run's `GRPOConfig`;
-    the weights stay in the config's `reward_weights`)."""
+def reward_spec(script_args, training_args, toolbox=None) -> RewardSpec:
+    """The run's `RewardSpec`, once `check_reward_specs` has passed (`toolbox`: the recipe's `ToolboxSettings`)."""
+    names = tuple(script_args.reward_funcs or ())
+    scoring_with_model = reward_model_rewards()
+    scores_with_model = any(name in scoring_with_model for name in names)
+    return RewardSpec(
+        names,
+        reward_model_name_or_path=script_args.reward_model_name_or_path,
+        reward_model_kind=check_reward_model(script_args, training_args) if scores_with_model else None,
+        reward_model_clip=getattr(script_args, "reward_model_clip", 3.0),
+        reasoning=getattr(script_args, "reasoning", True),
+        device=training_args.device,
+        chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
+        toolbox=toolbox,
+    )
+
+
+def build_reward_funcs(spec: RewardSpec, tokenizer) -> list[Callable]:
+    """The TRL reward callables, in `reward_funcs` order (the weights stay in the config's `reward_weights`)."""
     return [
-        REWARDS[name].build(script_args, context, tokenizer) if name in REWARDS else import_reward_function(name)
-        for name in script_args.reward_funcs
+        REWARDS[name].build(spec, tokenizer) if name in REWARDS else import_reward_function(name)
+        for name in spec.reward_funcs
     ]
 
 
 __all__ = [
     "REWARDS",
     "REWARD_MODEL_TYPES",
-    "RewardContext",
     "RewardEntry",
+    "RewardSpec",
     "RewardSpecError",
     "build_reward_funcs",
     "check_reward_specs",
@@ -346,5 +368,6 @@ __all__ = [
     "register_reward",
     "reward_model_rewards",
     "reward_model_kind",
+    "reward_spec",
     "without_reward_model",
 ]

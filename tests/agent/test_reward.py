@@ -15,11 +15,11 @@ from rewards.test_minimind3_rewards import RecordedRewardModel
 from trl.trainer.utils import get_callable_name
 
 from minimind_trl.agent.reward import TERMS, AgentReward, transcript_terms, verified_gt
-from minimind_trl.agent.tools import Toolbox, tool_from_function
+from minimind_trl.agent.tools import Toolbox, tool_from_function, toolbox_settings
 from minimind_trl.errors import RewardSpecError, ToolSpecError
 from minimind_trl.rewards import registry
 from minimind_trl.rewards.minimind3_rewards import trigram_repetition_penalty
-from minimind_trl.rewards.registry import build_reward_funcs, check_reward_specs
+from minimind_trl.rewards.registry import build_reward_funcs, check_reward_specs, reward_spec
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def registered(tmp_path, monkeypatch, name, scorer=None, tokenizer=None, **scrip
     )  # fmt: skip
     training_args = SimpleNamespace(reward_weights=None, device="cpu", chat_template_kwargs=None)
     check_reward_specs(script_args, training_args)
-    (func,) = build_reward_funcs(script_args, training_args, tokenizer)
+    (func,) = build_reward_funcs(reward_spec(script_args, training_args, toolbox_settings(script_args)), tokenizer)
     assert get_callable_name(func) == name  # TRL logs rewards/<name>/mean under it
     return func
 

@@ -20,7 +20,7 @@ def test_a_recipe_of_the_other_generation_is_said_naming_both(recipe, architectu
     script_args, training_args, _, _ = parse_args(argv)
     policy = parts.policies[architecture]
     assert policy_architecture(str(policy)) == architecture
-    warning = recipe_generation_warning(script_args, training_args, str(policy), architecture)
+    warning = recipe_generation_warning(script_args.reward_funcs, training_args, str(policy), architecture)
     if ARCHITECTURE[recipe] in (None, architecture):
         assert warning is None, warning
         return
@@ -64,11 +64,11 @@ def test_the_warning_comes_before_training_for_a_native_checkpoint(recipe, nativ
 
 def test_a_recipe_of_only_your_own_rewards_is_judged_by_its_upstream():
     """No built-in reward to tell: the generation the recipe declares (`upstream:`) against the policy's."""
-    script_args = SimpleNamespace(reward_funcs=["myrewards:score"])
-    warning = recipe_generation_warning(script_args, SimpleNamespace(upstream="minimind3"), "p", "minimind2")
+    reward_funcs = ["myrewards:score"]
+    warning = recipe_generation_warning(reward_funcs, SimpleNamespace(upstream="minimind3"), "p", "minimind2")
     assert "is a MiniMind2 model, but the recipe declares upstream: minimind3" in warning
     assert "change upstream" in warning
-    assert recipe_generation_warning(script_args, SimpleNamespace(upstream="minimind3"), "p", "minimind3") is None
+    assert recipe_generation_warning(reward_funcs, SimpleNamespace(upstream="minimind3"), "p", "minimind3") is None
     for upstream in (None, "minimind3_agent", "trl"):  # nothing to tell, or either generation's
-        assert recipe_generation_warning(script_args, SimpleNamespace(upstream=upstream), "p", "minimind2") is None
-    assert recipe_generation_warning(script_args, SimpleNamespace(upstream="minimind3"), "p", None) is None
+        assert recipe_generation_warning(reward_funcs, SimpleNamespace(upstream=upstream), "p", "minimind2") is None
+    assert recipe_generation_warning(reward_funcs, SimpleNamespace(upstream="minimind3"), "p", None) is None

@@ -3,6 +3,8 @@ TRL's `get_dataset` keeps, the same row checks), splits asked of a source that l
 refused before a model loads, in one line naming the key. Evaluation on the held-out prompts themselves is
 tests/cli/test_evaluation.py."""
 
+from types import SimpleNamespace
+
 import pytest
 import yaml
 from grpo_fixtures import PROMPTS, agent_rows, build_tiny_policy, tiny_recipe, write_rlaif, write_rows
@@ -11,7 +13,7 @@ from trl import DatasetMixtureConfig, get_dataset
 from trl.scripts.utils import DatasetConfig
 
 from minimind_trl.cli import main as cli
-from minimind_trl.cli.run_data import load_mixture, mixture_sizes
+from minimind_trl.cli.run_data import PromptSources, load_mixture, mixture_sizes, prompt_sources
 from minimind_trl.cli.script_args import GRPOScriptArguments
 from minimind_trl.errors import AgentDataError, RLAIFDataError
 
@@ -135,6 +137,11 @@ def script_args(entries, **settings) -> GRPOScriptArguments:
     return GRPOScriptArguments(datasets=entries, **settings)
 
 
+def mixture_sources(args: GRPOScriptArguments, seed: int) -> PromptSources:
+    """What the run plan derives from `args` for loading, in a run with `seed` that does not evaluate."""
+    return prompt_sources(args, SimpleNamespace(eval_strategy="no", seed=seed))
+
+
 @pytest.mark.parametrize("fractions", [None, (0.75, 0.25), (1.0, 3.0), (0.0, 1.0)])
 def test_a_mixture_keeps_the_rows_trls_get_dataset_keeps(sources, fractions):
     """The same files through TRL's `get_dataset` (raw rows) and through the run's loaders (prompts): the same rows,
@@ -144,7 +151,8 @@ def test_a_mixture_keeps_the_rows_trls_get_dataset_keeps(sources, fractions):
     trl_mixture = get_dataset(DatasetMixtureConfig(datasets=[
         DatasetConfig(path="json", data_files=str(path), fraction=share) for path, share in zip(paths, shares)
     ]))["train"]
-    ours = load_mixture(script_args([{"path": str(path), "fraction": share} for path, share in zip(paths, shares)]), 0)
+    args = script_args([{"path": str(path), "fraction": share} for path, share in zip(paths, shares)])
+    ours = load_mixture(mixture_sources(args, 0))
     assert [row["prompt"][-1]["content"] for row in ours["train"]] == [
         row["conversations"][0]["content"] for row in trl_mixture
     ]
@@ -161,7 +169,7 @@ def test_a_held_out_share_is_drawn_with_the_seed(sources):
     """`test_split_size` holds out the same rows for the same seed (a resume trains on the same rows), others for
     another seed; train and test together are the mixture."""
     args = script_args(mixture(sources["file"], sources["small"]), test_split_size=0.25)
-    first, again, other = load_mixture(args, 0), load_mixture(args, 0), load_mixture(args, 1)
+    first, again, other = (load_mixture(mixture_sources(args, seed)) for seed in (0, 0, 1))
     assert sorted(first) == ["test", "train"] and (len(first["train"]), len(first["test"])) == (8, 3)
     assert first["test"]._fingerprint == again["test"]._fingerprint
     assert first["test"].to_list() == again["test"].to_list() and first["test"].to_list() != other["test"].to_list()
@@ -173,13 +181,13 @@ def test_an_agent_mixture_reads_agent_rows_and_checks_each_file(tmp_path):
     first = write_rows(tmp_path / "a.jsonl", agent_rows(3))
     second = write_rows(tmp_path / "b.jsonl", agent_rows(2))
     args = script_args(mixture(first, second), rollout="agent")
-    loaded = load_mixture(args, 0)["train"]
+    loaded = load_mixture(mixture_sources(args, 0))["train"]
     assert loaded.column_names == ["prompt", "tools", "gt"] and len(loaded) == 5
     assert [row["gt"] for row in loaded] == [f'["{row["gt"][0]}"]' for row in agent_rows(3) + agent_rows(2)]
     without_gt = {key: value for key, value in agent_rows(1)[0].items() if key != "gt"}
     write_rows(tmp_path / "b.jsonl", [without_gt])
     with pytest.raises(AgentDataError, match=rf"^{tmp_path / 'b.jsonl'}:1: "):
-        load_mixture(args, 0)
+        load_mixture(mixture_sources(args, 0))
 
 
 def test_a_file_has_one_split_and_a_folder_those_datasets_finds(sources):
@@ -214,10 +222,10 @@ def test_the_documented_recipes_read_as_documented(tmp_path, policy, sources):
         return parse_args(["--config", str(path)])
 
     script_args, training_args, _, _ = parsed(mix_block, eval_strategy="steps")
-    data = load_run_data(script_args, training_args)
+    data = load_run_data(prompt_sources(script_args, training_args))
     assert (len(data.train), len(data.eval)) == (10, 1)  # 8 + 3 rows (TRL's rule at 3:1), 5 % held out
     script_args, training_args, _, _ = parsed(eval_block)
-    data = load_run_data(script_args, training_args)
+    data = load_run_data(prompt_sources(script_args, training_args))
     assert [row["prompt"][-1]["content"] for row in data.eval] == PROMPTS[6:]
 
 

@@ -158,16 +158,21 @@ def documented_roles() -> dict[str, str]:
     return {name: roles.strip("`") for names, roles in rows for name in re.findall(r"`([^`]+\.yaml)`", names)}
 
 
+def training_rows(script_args, training_args):
+    """The training prompts as the run loads them, from what its plan derives."""
+    from minimind_trl.cli.run_data import load_run_data, prompt_sources
+
+    return load_run_data(prompt_sources(script_args, training_args)).train
+
+
 @pytest.mark.parametrize("recipe", GRPO_RECIPES)
 def test_the_documented_rows_load_with_every_recipe(recipe, parts, tmp_path):
     """The docs' data row for the recipe's rollout loads with the recipe's settings; the Data table states each
     recipe's `dataset_roles` as the recipe sets it."""
-    from minimind_trl.cli.build import load_train_dataset
-
     script_args, training_args, _, _ = parse_args(recipe_argv(recipe, parts, tmp_path / "out"))
     documented = documented_roles()[recipe]
     assert documented == ("—" if script_args.rollout == "agent" else script_args.dataset_roles)
-    (row,) = load_train_dataset(script_args, training_args)
+    (row,) = training_rows(script_args, training_args)
     assert row["prompt"][-1]["role"] == "user" and row["prompt"][-1]["content"]
 
 
@@ -175,16 +180,14 @@ def test_the_documented_rows_load_with_every_recipe(recipe, parts, tmp_path):
 def test_a_row_without_roles_loads_or_the_error_names_the_setting(recipe, parts, tmp_path):
     """`dataset_roles: data` (MiniMind-3's recipes) needs each turn's role: the error names the file, the line and
     the setting (it said only `turn 0 has role None`); by position the same row loads."""
-    from minimind_trl.cli.build import load_train_dataset
-
     data = write_rows(tmp_path / "no_roles.jsonl", [{"conversations": [{"content": "2 + 3?"}, {"content": "5"}]}])
     argv = recipe_argv(recipe, parts, tmp_path / "out", "--dataset_name", data)
     script_args, training_args, _, _ = parse_args(argv)
     if script_args.dataset_roles == "data":
         with pytest.raises(RLAIFDataError, match=r"no_roles.jsonl:1: turn 0 has role None.*dataset_roles: data"):
-            load_train_dataset(script_args, training_args)
+            training_rows(script_args, training_args)
         script_args, training_args, _, _ = parse_args(argv + ["--dataset_roles", "position"])  # the error's remedy
-    (row,) = load_train_dataset(script_args, training_args)
+    (row,) = training_rows(script_args, training_args)
     assert row["prompt"] == [{"role": "user", "content": "2 + 3?"}]
 
 

@@ -26,7 +26,7 @@ from minimind_trl.rewards import (
     trigram_repetition_penalty,
 )
 from minimind_trl.rewards import registry
-from minimind_trl.rewards.registry import RewardSpecError, build_reward_funcs, check_reward_specs
+from minimind_trl.rewards.registry import RewardSpecError, build_reward_funcs, check_reward_specs, reward_spec
 
 REWARDS_FILE = SHARED / "fixtures" / "minimind3-grpo" / "rewards.jsonl"
 MINIMIND3_TOKENIZER = SHARED / "fixtures" / "minimind-upstream" / "MiniMind-3" / "tokenizer"
@@ -87,7 +87,7 @@ def registered_terms(tmp_path, monkeypatch, scorer, chat_template_kwargs=None, t
     )
     training_args = SimpleNamespace(reward_weights=None, device="cpu", chat_template_kwargs=chat_template_kwargs)
     check_reward_specs(script_args, training_args)
-    funcs = build_reward_funcs(script_args, training_args, tokenizer)
+    funcs = build_reward_funcs(reward_spec(script_args, training_args), tokenizer)
     assert [get_callable_name(func) for func in funcs] == TERMS  # TRL logs rewards/<name>/mean under these
     return funcs
 

@@ -12,6 +12,7 @@ from minimind_trl.grpo import main
 from minimind_trl.rewards.registry import (
     REWARDS,
     RewardEntry,
+    RewardSpec,
     RewardSpecError,
     build_reward_funcs,
     check_reward_specs,
@@ -33,7 +34,7 @@ def specs(reward_funcs, reward_model=None, weights=None, kind="auto"):
 def test_builtin_and_imported_rewards_in_order():
     script_args, training_args = specs(["tag_count", "grpo_fixtures:token_reward", "format"])
     assert check_reward_specs(script_args, training_args) is None
-    funcs = build_reward_funcs(script_args, training_args, tokenizer=None)
+    funcs = build_reward_funcs(RewardSpec(tuple(script_args.reward_funcs)), tokenizer=None)
     assert funcs[0] is tag_count_reward and funcs[2] is format_reward and funcs[1].__name__ == "token_reward"
 
 
