@@ -27,7 +27,7 @@ import torch
 
 from ..prompt_rendering import OPEN_THINKING_KWARG, check_ratio, keyed_uniform
 from .data import prompt_messages, prompt_tools, tool_names
-from .parsing import parse_tool_calls
+from .parsing import tool_call_values
 from .tools import Toolbox
 
 logger = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ class AgentRollout:
         text = tokenizer.decode(sampled, skip_special_tokens=True)
         transcript.turn_outputs.append(text)
         transcript.ended_with_eos = ended
-        calls = parse_tool_calls(text)  # the whole turn, thoughts included, as upstream runs them
+        calls = tool_call_values(text)  # the whole turn, thoughts included, as upstream runs them
         if not calls:
             transcript.done = True
             return

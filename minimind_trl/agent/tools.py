@@ -8,10 +8,11 @@ them and never lets a tool stop the run:
   `json.dumps(result, ensure_ascii=False)` cut to 2048 characters. An unknown name, a tool that raises, one that
   runs past `timeout` seconds, or a result that is not JSON-serialisable gives upstream's one error observation,
   `{"error": "tool not found"}` (what MiniMind-3 was trained on), and the outcome says why in `error`.
-* `run_call(call)` first reads a parsed `<tool_call>` value (`parsing.call_name_and_arguments`): a call that is not
-  a JSON object, on which upstream's rollout raised, gets the error observation.
-* `is_valid_call(call, offered)` is the reward's test: a JSON object naming one of the sample's tools that this
-  toolbox has, with arguments its check accepts. A call upstream's reward raised on counts as invalid.
+* `run_call(value)` first reads one parsed `<tool_call>` value (`parsing.read_call`): a value that is not a call (not
+  a JSON object, no string name, arguments that are not an object), on which upstream's rollout raised, gets the
+  error observation.
+* `is_valid_call(value, offered)` is the reward's test: a well-formed call naming one of the sample's tools that
+  this toolbox has, with arguments its check accepts. A call upstream's reward raised on counts as invalid.
 
 Like upstream, a call runs whichever tool of the toolbox it names, also one the sample's prompt did not offer (the
 reward then counts it as invalid). Upstream guards each call with a 1 s `SIGALRM`, which works only on the main
@@ -39,7 +40,7 @@ from typing import Any
 from ..errors import ToolSpecError
 from ..loading_utils import import_object
 from .mock_tools import ARGUMENT_CHECKS, MOCKS, SCHEMAS
-from .parsing import call_name_and_arguments
+from .parsing import read_call
 from .tool_process import ToolProcess, ToolRaised
 
 logger = logging.getLogger(__name__)
@@ -226,26 +227,24 @@ class Toolbox:
         except (TypeError, ValueError, RecursionError) as error:
             return _failure(f"{tool.name} returned a result JSON cannot hold ({type(error).__name__}: {error})")
 
-    def run_call(self, call: Any) -> ToolOutcome:
-        """Run one parsed `<tool_call>` value: its `name` with its `arguments` (a JSON string decoded first)."""
-        read = call_name_and_arguments(call)
-        if read is None:
-            return _failure(f"the call is not a JSON object: {call!r}"[:200])
-        return self.execute(*read)
+    def run_call(self, value: Any) -> ToolOutcome:
+        """Run one parsed `<tool_call>` value: its `name` with its `arguments` (a JSON string decoded first); a
+        value that is not a call (`parsing.read_call`) gets the error observation."""
+        call, problem = read_call(value)
+        if call is None:
+            return _failure(f"{problem}: {value!r}"[:200])
+        return self.execute(call["name"], call["arguments"])
 
     def check_args(self, name: Any, arguments: Any) -> bool:
         """Whether `arguments` make a valid call of the tool `name` (False for an unknown tool)."""
         tool = self.get(name)
         return tool is not None and bool(tool.check(arguments))
 
-    def is_valid_call(self, call: Any, offered: Iterable[str]) -> bool:
-        """The reward's test of one parsed call: an object naming a tool of `offered` (the sample's tool names)
-        that this toolbox has, with arguments it accepts."""
-        read = call_name_and_arguments(call)
-        if read is None:
-            return False
-        name, arguments = read
-        return isinstance(name, str) and name in set(offered) and self.check_args(name, arguments)
+    def is_valid_call(self, value: Any, offered: Iterable[str]) -> bool:
+        """The reward's test of one parsed `<tool_call>` value: a well-formed call (`parsing.read_call`) naming a
+        tool of `offered` (the sample's tool names) that this toolbox has, with arguments it accepts."""
+        call = read_call(value)[0]
+        return call is not None and call["name"] in set(offered) and self.check_args(call["name"], call["arguments"])
 
     def __repr__(self) -> str:
         return f"Toolbox({list(self.tools)}, timeout={self.timeout})"

@@ -105,9 +105,9 @@ def test_run_call_reads_parsed_calls_as_upstreams_rollout():
     toolbox = Toolbox()
     assert toolbox.run_call({"name": "calculate_math", "arguments": '{"expression": "6*7"}'}).result == {"result": "42"}
     assert toolbox.run_call({"name": "get_current_time"}).result["timezone"] == "Asia/Shanghai"  # arguments: {}
-    for call in ([1, 2], 42, "calculate_math", None):  # upstream's rollout raised on these
-        outcome = toolbox.run_call(call)
-        assert (outcome.result, outcome.observation) == (None, TOOL_NOT_FOUND)
+    for call in ([1, 2], 42, "calculate_math", None, {"name": "calculate_math", "arguments": [1]}):
+        outcome = toolbox.run_call(call)  # upstream's rollout raised on these: not a call
+        assert (outcome.result, outcome.observation) == (None, TOOL_NOT_FOUND) and "not a" in outcome.error
     assert toolbox.run_call({"name": ["unhashable"]}).observation == TOOL_NOT_FOUND
 
 
