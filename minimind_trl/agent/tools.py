@@ -16,9 +16,11 @@ them and never lets a tool stop the run:
 
 Like upstream, a call runs whichever tool of the toolbox it names, also one the sample's prompt did not offer (the
 reward then counts it as invalid). Upstream guards each call with a 1 s `SIGALRM`, which works only on the main
-thread; here every call runs in one reused worker process (`tool_process.ToolProcess`), which is killed when a
-call runs past `timeout` seconds, so the limit holds also for work that never releases the GIL. A fault of that
-harness raises `ToolHarnessError`; it is never reported to the model or the reward as the tool failing.
+thread; here every call runs in one reused worker process (`tool_process.ToolProcess`: forked from a fork server,
+never from the trainer, it imports each tool's module), whose process group is killed when a call runs past
+`timeout` seconds, so the limit holds also for work that never releases the GIL and for what the tool started. A
+fault of that harness raises `ToolHarnessError`; it is never reported to the model or the reward as the tool
+failing.
 
 User tools follow TRL's `tools=` convention: Python functions with type hints and a Google-style docstring, called
 with the arguments as keywords; their schema is `transformers.utils.get_json_schema(function)`. A recipe names them
@@ -172,7 +174,9 @@ class Toolbox:
     Args:
         tools: the tools (default: upstream's six mocks); names must be unique.
         timeout: seconds a call may take (upstream: 1), at most `MAX_TIMEOUT`; calls run in a reused worker process
-            killed at the limit. None runs each call in the caller's thread, unguarded.
+            (never a fork of the trainer: it imports each tool's module) killed at the limit, so each tool's function
+            must be importable by name (`ToolSpecError` otherwise). None runs each call in the caller's thread,
+            unguarded.
     """
 
     def __init__(self, tools: Iterable[Tool] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
@@ -183,7 +187,8 @@ class Toolbox:
                 raise ToolSpecError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
         self.timeout = check_timeout(timeout, "tool timeout")
-        self._process = ToolProcess({name: tool.run for name, tool in self.tools.items()})
+        runners = {name: tool.run for name, tool in self.tools.items()}
+        self._process = None if self.timeout is None else ToolProcess(runners)
 
     @property
     def names(self) -> tuple[str, ...]:
