@@ -237,11 +237,13 @@ def test_a_turn_cap_outside_1_to_64_is_refused(max_turns):
         AgentRollout(Toolbox(), max_turns=max_turns)
 
 
-def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, caplog):
-    """Issue 42: 20 calls in one turn grew the next context from 486 to 28,084 tokens."""
+@pytest.mark.parametrize("calls, cap, answered", [(20, 3000, 4), (900, 8192, 10)])
+def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, caplog, calls, cap, answered):
+    """20 calls in one turn grew the next context from 486 to 28,084 tokens; with the cap, 900 calls left 898 empty
+    tool messages. The calls past the cap are neither run nor answered, and counted."""
     prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "2+3?"}]
-    call = '<tool_call>{"name": "calculate_math", "arguments": {"expression": "7**1000"}}</tool_call>'
-    turns = [tokenizer(call * 20, add_special_tokens=False)["input_ids"] + [EOS],
+    call = '<tool_call>{"name": "calculate_math", "arguments": {"expression": "7**1000"}}</tool_call>'  # 860 chars
+    turns = [tokenizer(call * calls, add_special_tokens=False)["input_ids"] + [EOS],
              tokenizer("5", add_special_tokens=False)["input_ids"] + [EOS]]
     seen = []
 
@@ -249,15 +251,20 @@ def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, c
         seen.append(contexts[0])
         return [turns[len(seen) - 1]], None
 
-    rollout = AgentRollout(Toolbox(), max_tool_output=3000)
+    rollout = AgentRollout(Toolbox(), max_tool_output=cap)
+    run_call, ran = rollout.toolbox.run_call, []
+    rollout.toolbox.run_call = lambda value: ran.append(value) or run_call(value)
     transcript = rollout.start(tokenizer, prompt, False, {})
     with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
         rollout.run([transcript], tokenizer, engine, {})
-    tool_text = "".join(m["content"] for m in transcript.messages if m["role"] == "tool")
-    assert len(tool_text) == 3000 and len(transcript.messages) == 2 + 1 + 20
-    assert "over agent_max_tool_output=3000" in caplog.text
-    uncapped = AgentRollout(Toolbox(), max_tool_output=None).capped(["x" * 2048] * 20)
-    assert sum(map(len, uncapped)) == 20 * 2048
+    tool_messages = [m["content"] for m in transcript.messages if m["role"] == "tool"]
+    assert len("".join(tool_messages)) == cap and len(tool_messages) == answered == len(ran)
+    assert all(tool_messages)  # no empty tool message
+    assert (transcript.tool_calls, transcript.tool_calls_unanswered) == (calls, calls - answered)
+    assert f"agent_max_tool_output={cap} characters after {answered} of its {calls} calls" in caplog.text
+    assert f"the {calls - answered} calls after it are not run nor answered" in caplog.text
+    contents, failures = AgentRollout(Toolbox(), max_tool_output=None).run_calls([json.loads(call[11:-12])] * 20)
+    assert len(contents) == 20 and sum(map(len, contents)) == 20 * 860 and failures == 0
 
 
 def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, caplog):
