@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..prompt_rendering import OPEN_THINKING_KWARG, check_ratio, keyed_uniform
-from .data import prompt_messages, prompt_tools, tool_names
+from .data import named_schemas, prompt_messages, prompt_tools
 from .parsing import tool_call_values
-from .tools import Toolbox
+from .tools import Toolbox, schema_difference
 
 logger = logging.getLogger(__name__)
 
@@ -290,14 +290,21 @@ class AgentRollout:
 
     def warn_unknown_tools(self, transcripts: list[Transcript]) -> None:
         """Warn once per name about a tool a prompt offers that the toolbox does not run (every call of it gets the
-        error observation and counts as invalid; `minimind-trl grpo` refuses such data before training)."""
-        offered = set().union(*(tool_names(t.tools) for t in transcripts)) if transcripts else set()
-        unknown = sorted(offered - set(self.toolbox.names) - self._warned_tools)
+        error observation and counts as invalid), or offers with a schema other than the tool's own
+        (`tools.schema_difference`); `minimind-trl grpo` refuses such data before training."""
+        offered = [named for transcript in transcripts for named in named_schemas(transcript.tools)]
+        unknown = sorted({name for name, _ in offered} - set(self.toolbox.names) - self._warned_tools)
         if unknown:
             self._warned_tools.update(unknown)
             logger.warning("agent rollout: the prompts offer %s, which the toolbox (%s) does not run: every call of "
                            "them gets the error observation and counts as invalid (warned once per tool)",
                            ", ".join(map(repr, unknown)), ", ".join(self.toolbox.names))
+        for name, schema in offered:
+            difference = name not in self._warned_tools and schema_difference(schema, self.toolbox.get(name).schema)
+            if difference:
+                self._warned_tools.add(name)
+                logger.warning("agent rollout: the prompts offer %r with a schema other than the toolbox's: %s (warned "
+                               "once per tool)", name, difference)
 
     def run_calls(self, calls: list) -> tuple[list[str], int]:
         """Run one turn's calls in order and give their tool messages and how many failed. The messages hold at most

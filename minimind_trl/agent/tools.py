@@ -158,6 +158,75 @@ def tool_from_function(function: Callable, name: str | None = None) -> Tool:
     return Tool(name or schema["function"]["name"], _KeywordCall(function), schema, check)
 
 
+def schema_difference(offered: Any, own: Mapping) -> str | None:
+    """Where a tool schema a data row offers (`{"type": "function", "function": {...}}`) differs from the toolbox's
+    own schema of the tool with that name, as `path is X in the data, Y in the toolbox`; None when they agree.
+
+    Compared: the whole function entry (its `parameters`: every property with its type, enum, default, items and
+    nesting, `required` as a set, `additionalProperties`; any other key), leaving out the description texts (the
+    model reads the data's wording) and `return` (no call passes it). A missing `parameters`, `properties` or
+    `required` reads as an object without properties and nothing required."""
+    offered_function = offered.get("function") if isinstance(offered, Mapping) else None
+    return _first_difference(_call_contract(offered_function), _call_contract(own.get("function")), "function")
+
+
+def _call_contract(function: Any) -> Any:
+    if not isinstance(function, Mapping):
+        return function
+    contract = {key: value for key, value in function.items() if key not in ("description", "return")}
+    contract["parameters"] = contract.get("parameters") or {"type": "object"}
+    return _normalized_schema(contract)
+
+
+def _normalized_schema(node: Any) -> Any:
+    """A JSON schema without description texts, `required` sorted, an object's missing `properties`/`required`
+    filled in; property names are kept whatever they are (a property may be named "description")."""
+    if isinstance(node, list):
+        return [_normalized_schema(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    normalized = {}
+    for key, value in node.items():
+        if key == "description" and isinstance(value, str):
+            continue
+        if key == "properties" and isinstance(value, Mapping):
+            normalized[key] = {name: _normalized_schema(schema) for name, schema in value.items()}
+        elif key == "required" and isinstance(value, list):
+            normalized[key] = sorted(value, key=lambda item: json.dumps(item, default=repr))
+        else:
+            normalized[key] = _normalized_schema(value)
+    if normalized.get("type") == "object":
+        normalized.setdefault("properties", {})
+        normalized.setdefault("required", [])
+    return normalized
+
+
+_ABSENT = object()
+
+
+def _first_difference(data: Any, toolbox: Any, path: str) -> str | None:
+    if isinstance(data, Mapping) and isinstance(toolbox, Mapping):
+        for key in sorted(set(data) | set(toolbox), key=str):
+            found = _first_difference(data.get(key, _ABSENT), toolbox.get(key, _ABSENT), f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(data, list) and isinstance(toolbox, list) and len(data) == len(toolbox):
+        for index, (item, other) in enumerate(zip(data, toolbox, strict=True)):
+            found = _first_difference(item, other, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    same = json.dumps(data, default=repr) == json.dumps(toolbox, default=repr)
+    if same and data is not _ABSENT and toolbox is not _ABSENT:
+        return None
+
+    def shown(value: Any) -> str:
+        return "absent" if value is _ABSENT else json.dumps(value, ensure_ascii=False, default=repr)[:120]
+
+    return f"{path} is {shown(data)} in the data, {shown(toolbox)} in the toolbox"
+
+
 def check_timeout(timeout: Any, key: str = "timeout") -> float | None:
     """`timeout` as seconds: None, or a finite number in (0, `MAX_TIMEOUT`]; `ToolSpecError` naming `key`."""
     if timeout is None:
@@ -335,5 +404,6 @@ __all__ = [
     "mock_tool",
     "observation_text",
     "resolve_tool",
+    "schema_difference",
     "tool_from_function",
 ]

@@ -282,6 +282,23 @@ def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, ca
     assert caplog.text.count("the prompts offer 'search_web', which the toolbox") == 1
 
 
+def test_a_prompt_offering_a_tool_with_another_schema_is_warned_once(tokenizer, caplog):
+    """From Python (no recipe check) a row showing the model arguments the tool does not take trained silently."""
+    schema = {"type": "function", "function": {"name": "calculate_math", "parameters": {
+        "type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}}
+    prompt = [{"role": "system", "content": "tools", "tools": json.dumps([schema])}, {"role": "user", "content": "q"}]
+
+    def engine(contexts):
+        return [tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS] for _ in contexts], None
+
+    rollout = AgentRollout(Toolbox())
+    with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
+        for _ in range(2):
+            rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
+    assert caplog.text.count("the prompts offer 'calculate_math' with a schema other than the toolbox's: "
+                             "function.parameters.properties.expression is absent in the data") == 1
+
+
 def test_processes_generating_together_all_stop_once_no_process_has_a_rollout_going(tokenizer):
     """The collective path (vLLM, ZeRO-3, FSDP on several processes): each turn the processes agree on the most
     rollouts any has going; at 0 every process leaves the loop at the same turn instead of stepping through
