@@ -161,8 +161,8 @@ class ToolProcess:
 
     def _start(self) -> None:
         parent, child = self._context.Pipe(duplex=True)
-        process = self._context.Process(target=_serve, args=(child, self._tools, dict(os.environ)), name="minimind-tools",
-                                  daemon=True)
+        process = self._context.Process(target=_serve, args=(child, self._tools, dict(os.environ)),
+                                        name="minimind-tools", daemon=True)
         try:
             process.start()
         except Exception as error:
