@@ -267,9 +267,17 @@ def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, c
     assert len(contents) == 20 and sum(map(len, contents)) == 20 * 860 and failures == 0
 
 
-def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, caplog):
-    """Issue 42: from Python (no recipe check) such a tool trained silently, every call scored invalid."""
-    schema = {"type": "function", "function": {"name": "search_web", "parameters": {"type": "object"}}}
+@pytest.mark.parametrize("name, parameters, warning", [
+    ("search_web", {"type": "object"}, "the prompts offer 'search_web', which the toolbox"),
+    ("calculate_math", {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
+     "the prompts offer 'calculate_math' with a schema other than the toolbox's: "
+     "function.parameters.properties.expression is absent in the data"),
+], ids=["a tool it lacks", "another schema"])
+def test_a_prompt_offering_a_tool_the_toolbox_does_not_run_as_shown_is_warned_once(tokenizer, caplog, name,
+                                                                                   parameters, warning):
+    """From Python (no recipe check) such a tool trained silently: every call scored invalid, or the model was shown
+    arguments the tool does not take."""
+    schema = {"type": "function", "function": {"name": name, "parameters": parameters}}
     prompt = [{"role": "system", "content": "tools", "tools": json.dumps([schema])}, {"role": "user", "content": "q"}]
 
     def engine(contexts):
@@ -279,24 +287,7 @@ def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, ca
     with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
         for _ in range(2):
             rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
-    assert caplog.text.count("the prompts offer 'search_web', which the toolbox") == 1
-
-
-def test_a_prompt_offering_a_tool_with_another_schema_is_warned_once(tokenizer, caplog):
-    """From Python (no recipe check) a row showing the model arguments the tool does not take trained silently."""
-    schema = {"type": "function", "function": {"name": "calculate_math", "parameters": {
-        "type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}}
-    prompt = [{"role": "system", "content": "tools", "tools": json.dumps([schema])}, {"role": "user", "content": "q"}]
-
-    def engine(contexts):
-        return [tokenizer("done", add_special_tokens=False)["input_ids"] + [EOS] for _ in contexts], None
-
-    rollout = AgentRollout(Toolbox())
-    with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
-        for _ in range(2):
-            rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
-    assert caplog.text.count("the prompts offer 'calculate_math' with a schema other than the toolbox's: "
-                             "function.parameters.properties.expression is absent in the data") == 1
+    assert caplog.text.count(warning) == 1
 
 
 def test_processes_generating_together_all_stop_once_no_process_has_a_rollout_going(tokenizer):
