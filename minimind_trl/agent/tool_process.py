@@ -42,7 +42,7 @@ from ..errors import ToolSpecError
 
 logger = logging.getLogger(__name__)
 
-WORKER_START_TIMEOUT = 300.0  # seconds a worker may take to load the tools (a new interpreter importing their modules)
+WORKER_START_TIMEOUT = 300.0  # seconds a worker may take to load the tools (the fork server's imports included)
 
 
 class ToolRaised(Exception):
@@ -99,9 +99,9 @@ def pickled_tools(runners: Mapping[str, Callable[[Any], Any]]) -> bytes:
         except Exception as error:  # noqa: BLE001 - pickle raises PicklingError, AttributeError, TypeError
             raise ToolSpecError(
                 f"tool {name!r} cannot reach the tool worker process ({type(error).__name__}: {error}): the worker is "
-                "a fresh interpreter that imports each tool by name, so a tool must be a function defined at the top "
-                "level of an importable module, not a lambda, a nested function or an object holding one (a Toolbox "
-                "with timeout=None runs tools in the trainer's thread instead, without a time limit)"
+                "not a fork of the trainer and imports each tool by name, so a tool must be a function defined at the "
+                "top level of an importable module, not a lambda, a nested function or an object holding one (a "
+                "Toolbox with timeout=None runs tools in the trainer's thread instead, without a time limit)"
             ) from error
     return pickle.dumps(dict(runners))
 
