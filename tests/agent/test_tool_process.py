@@ -78,6 +78,16 @@ def trainer_state() -> dict:
     return dict(TRAINER_STATE)
 
 
+def remember(key: str) -> bool:
+    """Sets `TRAINER_STATE[key]` in the process that runs it.
+
+    Args:
+        key: the key set.
+    """
+    TRAINER_STATE[key] = True
+    return True
+
+
 def environment(name: str) -> str:
     """An environment variable as the worker sees it.
 
@@ -272,12 +282,18 @@ def alive(pid: int) -> bool:
 
 def test_a_tools_module_is_imported_afresh_in_the_worker(monkeypatch):
     """What the docs say a tool sees: its module as importing it sets it up (state set at run time in the trainer's
-    process is not there), and the trainer's environment as it is when the worker starts."""
+    process is not there, and what the tool sets stays in its worker), and the trainer's environment as it is when
+    the worker starts."""
     monkeypatch.setitem(TRAINER_STATE, "set_in_the_trainer", True)
     monkeypatch.setenv("MINIMIND_TOOL_PROCESS_TEST", "from the trainer")
-    toolbox = Toolbox([tool_from_function(trainer_state), tool_from_function(environment)])
+    toolbox = Toolbox([tool_from_function(function) for function in (trainer_state, environment, remember)])
     assert toolbox.execute("trainer_state", {}).result == {}  # what the trainer's process set did not reach it
     assert toolbox.execute("environment", {"name": "MINIMIND_TOOL_PROCESS_TEST"}).result == "from the trainer"
+    assert toolbox.execute("remember", {"key": "set_in_the_worker"}).result is True
+    assert "set_in_the_worker" not in TRAINER_STATE  # what the tool set stays in the worker ...
+    assert toolbox.execute("trainer_state", {}).result == {"set_in_the_worker": True}  # ... for its later calls,
+    toolbox._process.stop()  # as a timeout does
+    assert toolbox.execute("trainer_state", {}).result == {}  # until a fresh worker imports the module again
 
 
 FRAGILE_TOOLS = '''
