@@ -24,6 +24,11 @@ class RLAIFDataError(MiniMindTRLError):
     """RLAIF data that cannot be turned into prompts; the message names the file and line (or row)."""
 
 
+class DatasetSplitError(RLAIFDataError):
+    """A split a data source does not have; the message names the source and the splits it has (the command adds
+    the key that asked for it: `dataset_train_split`, `dataset_test_split`)."""
+
+
 class AgentDataError(RLAIFDataError):
     """Agent RL rows (`conversations`, the system turn's `tools`, `gt`) that cannot be used; the message names the
     file and line (or row), the turn or the key."""
@@ -82,6 +87,7 @@ __all__ = [
     "USER_ERROR_EXIT_CODE",
     "AgentDataError",
     "ConversionError",
+    "DatasetSplitError",
     "DemoError",
     "ExportError",
     "ExtensionError",

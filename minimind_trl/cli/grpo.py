@@ -15,7 +15,8 @@ import os
 
 from ..trainer.outputs.checkpointing import write_native_weights
 from ..errors import OutputDirError
-from ..trainer.outputs.run_safety import os_error_line, output_dir_lock
+from ..trainer.outputs.run_lock import output_dir_lock
+from ..trainer.outputs.run_safety import os_error_line
 from .build import build_from_plan, build_trainer
 from .hub import check_push_on_all_ranks
 from .recipe import Recipe, parse_args, parse_recipe
@@ -42,7 +43,8 @@ def _train_and_save(trainer, script_args):
     trainer.create_model_card(model_name=model_name, dataset_name=hub_dataset)  # main process only
     trainer.accelerator.wait_for_everyone()
     if args.save_native_pth and trainer.is_world_process_zero():
-        logger.info("native MiniMind weights written to %s", write_native_weights(args.output_dir))
+        native = write_native_weights(args.output_dir, trainer.lora_base_model())
+        logger.info("native MiniMind weights written to %s", native)
     if args.push_to_hub:
         check_push_on_all_ranks(trainer)
         trainer.push_to_hub(model_name=model_name, dataset_name=hub_dataset)

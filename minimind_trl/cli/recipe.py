@@ -6,6 +6,7 @@ file, line and the closest valid key. Recipes resolve as given or relative to th
 """
 
 import difflib
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from ..trainer.checks.config_ranges import NAMED_VALUES, RANGES, check_ranges, r
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -113,6 +115,37 @@ def check_override_ranges(argv: list[str]) -> None:
         problem = range_problem(key, raw)
         if problem is not None:
             raise RecipeError(f"--{name} {raw}: {problem}")
+
+
+def dict_keys(parser) -> set[str]:
+    """The keys whose field takes a dict (`loss_kwargs`, `lr_scheduler_kwargs`, ...): JSON on the command line."""
+    import typing
+
+    return {
+        key for key, annotation in field_types(parser).items()
+        if any(arg is dict or typing.get_origin(arg) is dict for arg in (annotation, *typing.get_args(annotation)))
+    }  # fmt: skip
+
+
+def check_override_json(argv: list[str], keys: set[str]) -> None:
+    """A dict setting's command-line value that starts with `{` is JSON (transformers reads it with `json.loads`),
+    refused naming the flag as typed when it is not (`--loss_kwargs '{coef: 0.1}'`: YAML's form, a raw
+    `JSONDecodeError` before)."""
+    import json
+
+    for index, arg in enumerate(argv):
+        name, equals, inline = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or name.replace("-", "_") not in keys:
+            continue
+        raw = inline if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if raw.startswith("{"):
+            try:
+                json.loads(raw)
+            except ValueError as exc:
+                raise RecipeError(
+                    f"--{name} {raw}: not JSON ({exc}); write it as --{name} '{{\"key\": 0.5}}' (keys and strings in "
+                    "double quotes, the whole value quoted for the shell)"
+                ) from None
 
 
 NULL_WORDS = ("null", "none", "~")  # YAML's null spellings (and Python's None), case-insensitive
@@ -264,13 +297,53 @@ def parse_args(argv: list[str] | None = None):
     else:
         recipe.overrides = list(argv)
     check_override_ranges(recipe.overrides)
+    check_override_json(recipe.overrides, dict_keys(parser))
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
         where = f" ({recipe.path})" if recipe.path else ""
         raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
     check_ranges(model_args)  # TRL's ModelConfig (lora_r, lora_alpha, lora_dropout) checks none of its numbers
+    drop_reward_model_rewards(script_args, training_args, recipe)
     return script_args, training_args, model_args, recipe
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The keys of the `--key` flags in `argv` (both spellings, with or without `=value`)."""
+    return {arg.removeprefix("--").partition("=")[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+
+
+def drop_reward_model_rewards(script_args, training_args, recipe: Recipe) -> None:
+    """`--reward_model_name_or_path null` runs the recipe without its reward model: the recipe's rewards that score
+    with it become their rule-only form (`agent_reward` -> `agent_rule_reward`) or are dropped with their weights,
+    and a note says which. Rewards given with `--reward_funcs` are taken as given (and checked as such)."""
+    overrides = recipe.overrides
+    if not null_overrides(overrides, {"reward_model_name_or_path"})[1] or "reward_funcs" in given_flags(overrides):
+        return
+    from ..agent import reward as _agent_rewards  # noqa: F401  (registers agent_reward and its rule-only form)
+    from ..rewards.registry import without_reward_model
+
+    names = list(script_args.reward_funcs or [])
+    weights = training_args.reward_weights
+    given_weights = "reward_weights" in given_flags(overrides)
+    kept, kept_weights, changes = without_reward_model(names, None if given_weights else weights)
+    if not changes:
+        return
+    source = recipe.path or "the recipe"
+    if not kept:
+        raise RecipeError(
+            f"--reward_model_name_or_path null: {source} scores with the reward model alone (reward_funcs {names}), "
+            "so nothing would be left to reward; name the run's rewards with --reward_funcs (docs/training.md#rewards)"
+        )
+    script_args.reward_funcs = kept
+    if not given_weights:
+        training_args.reward_weights = kept_weights
+    logger.warning(
+        "--reward_model_name_or_path null: %s runs without its reward model: %s; rewards now %s",
+        source,
+        ", ".join(changes),
+        ", ".join(kept),
+    )
 
 
 def _split_config_flag(argv: list[str]) -> list[str]:
@@ -292,6 +365,11 @@ def _process_hint(exc: Exception) -> str:
     if "divisible" not in str(exc):
         return ""
     world_size = os.environ.get("WORLD_SIZE", "1")
+    if "eval batch" in str(exc):
+        return (
+            f" [{world_size} process(es): the eval batch is per_device_eval_batch_size x processes completions and "
+            "must hold whole groups of num_generations_eval (unset: num_generations)]"
+        )
     return (
         f" [{world_size} process(es): the generation batch is per_device_train_batch_size x processes x "
         "steps_per_generation completions and must hold whole groups of num_generations]"

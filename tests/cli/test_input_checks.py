@@ -14,12 +14,12 @@ from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.errors import DemoError, OutputDirError, RecipeError
 from minimind_trl.grpo import parse_args
-from minimind_trl.trainer.outputs.run_safety import LOCK_NAME
+from minimind_trl.trainer.outputs.run_lock import LOCK_NAME
 
 # Holds the output folder's lock (as a running demo or `minimind-trl grpo` does) until stdin closes.
 HOLD_LOCK = """
 import sys
-from minimind_trl.trainer.outputs.run_safety import output_dir_lock
+from minimind_trl.trainer.outputs.run_lock import output_dir_lock
 with output_dir_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.read()

@@ -12,6 +12,7 @@ import os
 import shutil
 from dataclasses import asdict
 
+from accelerate.utils import is_peft_model
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.trainer.utils import RepeatSampler
 
@@ -69,6 +70,12 @@ class CheckpointedTraining:
                 return super().train(resume_from_checkpoint, *args, **kwargs)
             finally:
                 self._skipped_resume_state = frozenset()
+
+    def lora_base_model(self) -> str | None:
+        """The folder (or Hub id) a LoRA run's policy was loaded from, which its native `.pth` merges the saved
+        adapter into; None when the policy is trained whole."""
+        model = self.accelerator.unwrap_model(self.model)
+        return model.get_base_model().name_or_path if is_peft_model(model) else None
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # accept_inexact_resume with a damaged or unsafe optimizer.pt/scheduler.pt: fresh state (warned), as the
@@ -130,7 +137,7 @@ class CheckpointedTraining:
                 }
                 json.dump(run_info, f, indent=2, default=str)
             if self.args.save_native_pth:  # upstream wrote its .pth at every save
-                write_native_weights(staged)
+                write_native_weights(staged, self.lora_base_model())
 
         self.accelerator.wait_for_everyone()  # every rank has written its part
         if self.args.should_save:

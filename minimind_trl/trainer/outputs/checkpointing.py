@@ -132,19 +132,26 @@ def without_tied_keys(model, load_result):
     return type(load_result)(missing, load_result.unexpected_keys)
 
 
-def write_native_weights(folder: str) -> str:
+def write_native_weights(folder: str, base_model: str | None = None) -> str:
     """The weights saved in `folder` as upstream MiniMind's `grpo_<hidden>[_moe].pth` (fp16), in that folder.
 
     Read back from the saved safetensors, so it works whatever held the weights in training (DDP, ZeRO-3).
     Called on one process only, so the folder is loaded whole: under ZeRO-3 a plain `from_pretrained` would
-    partition it (`zero.Init`), giving empty tensors on one process and waiting forever for the others."""
+    partition it (`zero.Init`), giving empty tensors on one process and waiting forever for the others.
+    A LoRA run saves only its adapter: the `.pth` is then the merged model (`base_model`, the folder the policy
+    was loaded from, with the adapter folded in by PEFT's `merge_and_unload`, as `minimind-trl merge-lora` does)."""
     import torch
 
     from ...formats.export_native import export_native
     from ...models.minimind.modeling_minimind import MiniMindForCausalLM
 
+    adapter = os.path.isfile(os.path.join(folder, "adapter_config.json"))
     with whole_model_loading():
-        model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        model = MiniMindForCausalLM.from_pretrained(base_model if adapter else folder, dtype=torch.float32)
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, folder).merge_and_unload()
     suffix = "_moe" if model.config.use_moe else ""
     path = os.path.join(folder, f"grpo_{model.config.hidden_size}{suffix}.pth")
     export_native(model, path, dtype=torch.float16, force=True)

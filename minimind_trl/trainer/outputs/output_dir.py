@@ -52,13 +52,18 @@ def run_writes(save_native_pth: bool, converts_native: bool = False) -> re.Patte
 
 def run_inputs(identity: dict, tokenizer: str | None = None, reward_models=()) -> list[Input]:
     """Every local input of a run, from its run identity (`run_identity`, the CLI's recipe keys included): the policy
-    (also the KL reference), the tokenizer, the reward model(s) and the data (read whole)."""
+    (also the KL reference), the tokenizer, the reward model(s) and the data (read whole: `dataset_name` or each
+    file of a `datasets:` mixture, and the held-out prompts)."""
     inputs = [
         Input("model_name_or_path", identity.get("model_name_or_path")),
         Input("tokenizer_name_or_path", identity.get("tokenizer_name_or_path") or tokenizer),
         Input("reward_model_name_or_path", identity.get("reward_model_name_or_path")),
         Input("dataset_name", identity.get("dataset_name"), reads=None),
+        Input("eval_dataset_name", identity.get("eval_dataset_name"), reads=None),
     ]
+    mixture = identity.get("datasets") or []
+    inputs += [Input(f"datasets[{index}].path", entry.get("path"), reads=None) for index, entry in enumerate(mixture)
+               if isinstance(entry, dict)]
     recorded = identity.get("reward_models") or {}
     paths = [entry.get("name_or_path") for entry in recorded.values() if isinstance(entry, dict)]
     inputs += [Input("reward model", path) for path in [*paths, *reward_models] if isinstance(path, str)]
