@@ -256,4 +256,4 @@ def test_held_out_agent_rows_offering_a_tool_the_run_lacks_are_refused_before_th
     assert cli(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"minimind-trl grpo: error: {tmp_path / 'held.jsonl'}: its rows' tool schemas offer")
-    assert "'unit_converter' (rows 1 of 2)" in err[-1]
+    assert "'unit_converter' (row 1 of 2)" in err[-1]
