@@ -209,10 +209,13 @@ def check_run(
     policy = policy_source(model_args, script_args, training_args.output_dir)
     if check_data:
         check_data_sources(script_args, training_args)
+    prompts = prompt_sources(script_args, training_args)
     check_reward_specs(script_args, training_args)
+    toolbox = toolbox_settings(script_args)
+    rewards = reward_spec(script_args, training_args, toolbox)
     rendering = prompt_rendering(script_args, training_args)
     check_rendering_settings(rendering, training_args)
-    toolbox, agent = toolbox_settings(script_args), None
+    agent = None
     if script_args.rollout == "agent":
         check_agent_recipe(script_args, training_args)
         agent = agent_settings(script_args, toolbox)
@@ -262,7 +265,7 @@ def check_run(
         load_callbacks(script_args.callbacks),
         departures,
         identity,
-        prompts=prompt_sources(script_args, training_args),
+        prompts=prompts,
         policy=policy,
         rendering=rendering,
         agent=agent,
@@ -272,7 +275,7 @@ def check_run(
         run_card=run_card(
             script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, own_data=not check_data
         ),
-        rewards=reward_spec(script_args, training_args, toolbox),
+        rewards=rewards,
     )
 
 
