@@ -1,10 +1,11 @@
 """The run plan: a recipe that declares `upstream: <generation>` gets every departure from that generation's record
-listed before any model loads; the recipe's callbacks are checked before any model loads."""
+listed before any model loads; the recipe's callbacks are checked before any model loads; what the building stage
+reads of the script arguments, the plan carries."""
 
 import logging
 
 import pytest
-from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
+from grpo_fixtures import REPO_ROOT, agent_rows, build_tiny_policy, tiny_recipe, write_rlaif, write_rows
 
 from minimind_trl.cli.run_plan import check_reporting, check_run, load_callbacks, upstream_departures
 from minimind_trl.errors import RecipeError
@@ -36,6 +37,32 @@ def test_a_recipe_following_minimind3_gets_its_departures_listed(tmp_path, polic
     assert "thinking_ratio" in departures and "advantage_estimator" in departures
     assert not {"learning_rate", "beta", "temperature", "loss_aggregation"} & set(departures)  # as upstream
     assert "follows MiniMind-3 (d65ef2c) except in" in caplog.text and departures["seed"] in caplog.text
+
+
+def test_the_plan_carries_each_setting_the_building_stage_reads(tmp_path, policy):
+    """The building stage reads the script arguments only through the plan: each data, agent and reward setting a
+    recipe gives reaches the prompts' loader, the rollout and the reward built from the plan."""
+    from minimind_trl.agent.recipe import build_agent_rollout
+    from minimind_trl.cli.run_data import load_run_data
+    from minimind_trl.rewards.registry import build_reward_funcs
+
+    data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(4))
+    argv = ["--config", REPO_ROOT / "recipes" / "minimind3" / "agent" / "agent_rl.yaml", "--model_name_or_path", policy,
+            "--tokenizer_name_or_path", policy, "--dataset_name", data, "--output_dir", tmp_path / "out",
+            "--use_cpu", "true", "--reward_funcs", "agent_rule_reward", "--reward_model_name_or_path", "null",
+            "--reward_model_clip", "2.5", "--agent_tools", "calculate_math", "--agent_tool_timeout", "2.5",
+            "--agent_max_turns", "2", "--agent_max_total_length", "300", "--agent_max_tool_output", "1000",
+            "--thinking_ratio", "0.25", "--dataset_max_samples", "3"]  # fmt: skip
+    script_args, training_args, model_args, _ = parse_args([str(arg) for arg in argv])
+    plan = check_run(script_args, training_args, model_args)
+    rollout = build_agent_rollout(plan.agent)
+    assert (rollout.toolbox.names, rollout.toolbox.timeout) == (("calculate_math",), 2.5)
+    assert (rollout.max_turns, rollout.max_total_length, rollout.max_tool_output) == (2, 300, 1000)
+    assert rollout.thinking_ratio == 0.25
+    (reward,) = build_reward_funcs(plan.rewards, tokenizer=None)
+    assert (reward.toolbox.names, reward.toolbox.timeout, reward.reward_model_clip) == (("calculate_math",), 2.5, 2.5)
+    prompts = load_run_data(plan.prompts)
+    assert len(prompts.train) == 3 and prompts.eval is None and "gt" in prompts.train.column_names
 
 
 def test_without_upstream_nothing_is_listed(tmp_path, policy, data):
