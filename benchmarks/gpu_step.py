@@ -7,7 +7,7 @@ generations, 768-token prompts, 1024 new tokens, bf16).
 (b) `ours`, one run per variant of `--variants`:
     - `default`: `MiniMindGRPOTrainer` as a user gets it on CUDA (bf16, the lean sampler, TRL's Triton log-prob head;
       the lean sampler decodes in the policy's fp32 there: the report's `levers.decode_precision`);
-    - `share_prompts`: the same with `share_prompts: true` (unset shares on CPU only; benchmarks/README.md, issue 32);
+    - `share_prompts`: the same with `share_prompts: true` (unset, it shares on CPU only: benchmarks/README.md);
     - `static_compile`: `compile_generation: default`, stock `generate` with transformers' static cache and its
       compiled forward (`minimind_trl.trainer.speed.compiled_generation`);
     - `reduce_overhead`: `compile_generation: reduce-overhead`, the same with CUDA graphs through torch.compile.

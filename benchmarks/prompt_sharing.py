@@ -1,4 +1,4 @@
-"""The log-prob passes alone, each prompt computed once per group against once per completion (issue 32).
+"""The log-prob passes alone, each prompt computed once per group against once per completion (`share_prompts`).
 
 One GRPO micro-batch (`--prompts` groups of `--generations` completions; the second prompt 3/4 as long as the first,
 so it is left-padded, as in a real batch): the policy pass (forward over the completions' log-probs, backward) and

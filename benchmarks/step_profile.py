@@ -1,8 +1,8 @@
 """One training step under `torch.profiler`, summarised for the GPU check's report: where a step's time goes.
 
-Issue 44 asks for the profile whenever the GPU speed ratio falls short of 2x, and a lent GPU's minutes leave no room
-for a second call to take it: `gpu_step.py --profile` runs one extra, untimed step per side under the profiler and
-puts this summary beside the side's figures. At MiniMind's sizes a GPU step is expected to be bound by kernel
+Where the GPU speed ratio falls short of 2x the profile says why, and a lent GPU's minutes leave no room for a
+second call to take it: `gpu_step.py --profile` runs one extra, untimed step per side under the profiler and puts
+this summary beside the side's figures. At MiniMind's sizes a GPU step is expected to be bound by kernel
 launches (benchmarks/README.md, "On a GPU"): the summary's `device_busy` (the share of the step's wall time during
 which the device ran anything) and `launches` (kernel launches the CPU issued; CUDA graph replays counted apart) say
 whether it is, and the top operators by self CPU time and kernels by device time say where. `truncated` is true when

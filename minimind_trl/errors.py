@@ -1,7 +1,7 @@
 """The errors a user can act on: bad input, named in the message.
 
-Every such error derives from `MiniMindTRLError` (a `ValueError`, so existing `except ValueError` code keeps
-working). The `minimind-trl` command catches it once, prints `minimind-trl <command>: error: <message>` and
+Every such error derives from `MiniMindTRLError` (a `ValueError`, so code that catches bad input as `ValueError`
+catches it too). The `minimind-trl` command catches it once, prints `minimind-trl <command>: error: <message>` and
 exits with 2, argparse's code for a usage error; anything else is a bug and keeps its traceback.
 `minimind-trl grpo` exits with 3 when training finished and every local output was written but a push to the Hub
 failed (`PUSH_FAILED_EXIT_CODE`; the failures are listed on stderr).

@@ -1,6 +1,7 @@
 """`python -m minimind_trl.grpo` (and `accelerate launch -m minimind_trl.grpo`): `minimind-trl grpo`.
 
-The command lives in `minimind_trl.cli.grpo`; this module keeps the launch path and the names programs import.
+The command lives in `minimind_trl.cli.grpo`; this module is its `-m` launch path and holds the names programs
+import (`parse_recipe` -> `build_trainer` -> `run`).
 """
 
 import sys

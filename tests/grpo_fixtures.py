@@ -304,7 +304,7 @@ class StopAfterStep(TrainerCallback):
             control.should_training_stop = True
 
 
-# --------------------------------------------------------------------------- a user's own seams (issue 35)
+# --------------------------------------------------------------------------- a user's own seams
 
 # A module outside minimind_trl, as a user writes one: a REINFORCE loss reporting a metric of its own, a rank-based
 # advantage estimator and a token-mean aggregation. Each records, per rank, that it ran (`$GRPO_PROBE_DIR`).

@@ -127,7 +127,7 @@ def _fake_distribution(site: Path, name: str, requires: list[str], files: dict[s
 def test_the_core_site_follows_the_extras_a_requirement_asks_for(tmp_path):
     """torch's CUDA build asks for `cuda-toolkit[cufile,...]`; the libraries it loads (relative to its own folder, as
     its RPATH does) come from distributions that only those extras' markers pull in. A closure that ignores the
-    requested extras leaves them out, and torch fails to import in the core site (libcufile.so.0, issue 36). Here
+    requested extras leaves them out, and torch fails to import in the core site (libcufile.so.0). Here
     an `engine` needs `toolkit[libs]`, whose `vendorlib` is required only under `extra == "libs"`."""
     installed = tmp_path / "installed"
     loader = (

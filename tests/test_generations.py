@@ -280,7 +280,7 @@ def test_docs_example_trains_with_a_reward_function_that_returns_none_for_some_c
     registries, tmp_path, monkeypatch
 ):
     """The docs' promise: rows no reward function could score get advantage 0 and the estimator never sees their
-    NaN, so the naive group mean of the example trains (before issue 35 it made the whole group NaN)."""
+    NaN, so the naive group mean of the example trains (a NaN it saw would make the whole group NaN)."""
     from datasets import Dataset
 
     from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer

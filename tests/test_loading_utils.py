@@ -92,9 +92,9 @@ def test_good_names_resolve_in_both_forms(modules):
     assert is_import_spec("names_pkg.inner.g") and is_import_spec("m:f") and not is_import_spec("format")
 
 
-def test_a_module_name_that_moved_in_its_package_is_named():
-    """A name from an earlier layout is not resolved (nothing has been released): the error says where a module of
-    that name lives now, found in the package itself, not in a table of moves."""
+def test_a_module_elsewhere_in_its_package_is_named():
+    """A `module:name` whose module is not at the path given is not resolved: the error says where a module of that
+    name lives in the package, found in the package itself, not in a table of names."""
     spec = "minimind_trl.trainer.advantages:minimind_advantages"
     with pytest.raises(MiniMindTRLError) as caught:
         import_object(spec, "advantage_estimator")

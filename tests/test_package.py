@@ -116,7 +116,7 @@ def test_every_module_imports_alone():
 
 
 def test_trls_vllm_version_warning_is_shown_once_per_process():
-    """Issue 42: TRL's "supports vLLM 0.22-0.31" warning came five times a run, once per calling line. Run in a fresh
+    """TRL's "supports vLLM 0.22-0.31" warning comes once a run, not once per calling line (five). Run in a fresh
     interpreter: pytest resets the warning filters around each test."""
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""Outputs are kept apart from inputs by file identity (device + inode), not by spelling (issue 33, defect 7): a
+"""Outputs are kept apart from inputs by file identity (device + inode), not by spelling: a
 bind mount, another case on a case-insensitive file system or a symlinked parent name the same folder. Only what
 would overwrite or delete an input is refused."""
 
@@ -26,7 +26,7 @@ def snapshot(folder):
 
 
 def spelled_apart(monkeypatch):
-    """Paths are no longer resolved to one spelling (as on a file system whose other spellings of a name realpath
+    """`realpath` resolving no spelling to another (as on a file system whose other spellings of a name realpath
     cannot see: other case, bind mounts): only the identity `os.stat` reports relates them."""
     monkeypatch.setattr(os.path, "realpath", lambda path, **kwargs: os.path.abspath(path))
 

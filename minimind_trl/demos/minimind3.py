@@ -24,10 +24,10 @@ EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", 
 # 20 % (system_prompt_ratio) so that the folded form (`system: ...`, upstream's separator, the question) is learnt
 # too.
 PAIRS_SYSTEM_RATIO = 0.5
-# Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them, the
-# policy of a first version (seed 42) answered every question "苹果是apple", which that reward model scored high
-# for English questions too (MiniMind-3's term, seeing only the short answer, is easy to game; the seed demo's
-# pairs mix as often, `reward_model.MIXED_RATIO`, after its policy found "水是water。").
+# Share of an English question's pairs whose rejected answer is English with Chinese mixed in: without them the
+# policy (seed 42) learns to answer every question "苹果是apple", which a reward model trained without such pairs
+# scores high for English questions too (MiniMind-3's term, seeing only the short answer, is easy to game; the seed
+# demo's pairs mix as often, `reward_model.MIXED_RATIO`, against its policy's "水是water。").
 PAIRS_MIXED_RATIO = 0.3
 
 

@@ -17,8 +17,8 @@ scores (up to float rounding of differently shaped matmuls).
 Both keep a conversation within the reward model's positions (`max_length`, by default its config's
 `max_position_embeddings`): a longer one is cut from the left to its last `max_length` tokens, the way upstream cuts
 the policy's prompts (`input_ids[:, -max_seq_len:]`), so the oldest prompt text goes first and the completion and
-the reward token stay; a warning says so once per scorer. Upstream hands its reward model the whole text: one
-outlier row (a 100 KB prompt) asked for tens of GB at step 1, and a conversation past the model's positions was
+the reward token stay; a warning says so once per scorer. Upstream hands its reward model the whole text, where one
+outlier row (a 100 KB prompt) asks for tens of GB at step 1 and a conversation past the model's positions is
 scored where the model was never trained.
 """
 

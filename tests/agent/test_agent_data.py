@@ -134,7 +134,7 @@ def test_history_tool_calls_render_like_upstream_sft_rows(tmp_path):
         (row(user(), {"role": "assistant", "content": "", "tool_calls": [{"arguments": {}}]}, user()),
          ":1: turn 2: tool call 0 has no string 'name'"),  # fmt: skip
         ({"conversations": "hi", "gt": []}, ":1: 'conversations' must be a list"),
-        # issue 42: NaN was stated in "banana"; a 5,000-digit integer raised a bare ValueError without the line
+        # NaN would count as stated in "banana"; a 5,000-digit integer would raise a bare ValueError without the line
         (row(user(), gt=[float("nan")]), ":1: gt item 0 is nan, not a finite number"),
         (row(user(), gt=["x", float("-inf")]), ":1: gt item 1 is -inf, not a finite number"),
         (row(user(), gt=[10**400]), ":1: gt item 0 is 1000000000"),

@@ -248,7 +248,7 @@ def test_the_trainer_names_the_class_to_pass_instead_of_the_recipe_name():
     ('{"a": 1}', "batch row 1, column 'gt': 'gt' must be a list"),
 ])  # fmt: skip
 def test_a_malformed_gt_in_a_hand_built_batch_names_the_row(gt, message):
-    """Issue 42: a bare JSONDecodeError without the row; NaN was counted as stated in 'banana'."""
+    """Not a bare JSONDecodeError without the row; NaN is not counted as stated in 'banana'."""
     from minimind_trl.errors import AgentDataError
 
     with pytest.raises(AgentDataError, match=re.escape(message)):

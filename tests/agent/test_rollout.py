@@ -217,7 +217,7 @@ def test_each_turn_sees_exactly_the_sequence_so_far(tokenizer):
 
 
 def test_the_loop_stops_once_every_rollout_has_ended(tokenizer):
-    """Issue 42: with a large turn cap the loop stepped through every empty turn after all rollouts had ended."""
+    """With a large turn cap the loop must not step through empty turns after all rollouts have ended."""
     prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "hi"}]
     calls = []
 

@@ -149,7 +149,7 @@ def test_the_bounds_are_upper_bounds_of_the_result(seed):
 
 
 @pytest.mark.parametrize("expression", [
-    "math.lcm(" + ", ".join(f"2**131070 - {k}" for k in range(1, 13)) + ")",  # issue 42: a 1,572,840-bit lcm
+    "math.lcm(" + ", ".join(f"2**131070 - {k}" for k in range(1, 13)) + ")",  # a 1,572,840-bit lcm
     "(2**131000) * (2**131000)",
     "2**131071 + 2**131071",
     "-(2**131071) - 2**131071",

@@ -96,7 +96,7 @@ def test_the_recipe_trains_a_demo_sized_minimind3_agent(demo_sized, tmp_path, ca
         (["--agent_tool_timeout", "1.0e10"], "agent_tool_timeout"),  # threading's join overflowed on it
         (["--agent_max_turns", "1000000000"], "agent_max_turns"),
         (["--agent_max_tool_output", "0"], "agent_max_tool_output"),
-        # issue 42: the data offers calculate_math, which agent_tools lacks: every call was scored invalid silently
+        # the data offers calculate_math, which agent_tools lacks: every call would be scored invalid silently
         (["--agent_tools", "unit_converter"], "offer tools agent_tools does not run: 'calculate_math' (rows 0, 1 of 2)"),
         (["--agent_tools", "no_such_tool"], "no_such_tool"),
         (["--system_prompt_ratio", "0.2"], "system_prompt_ratio"),

@@ -410,7 +410,7 @@ def test_native_checkpoint_that_does_not_convert_is_a_clean_error(tmp_path, poli
     assert not (tmp_path / "out" / "_base_model").exists()
 
 
-# --------------------------------------------------------------------------- seams from a user's module (issue 35)
+# --------------------------------------------------------------------------- seams from a user's module
 
 
 @pytest.fixture
@@ -505,8 +505,8 @@ def test_a_bad_module_function_is_one_line_before_loading(
 ])  # fmt: skip
 def test_a_recipes_aggregation_returning_nan_or_a_detached_loss_stops_the_run(tmp_path, policy, data, user_code,
                                                                                 capsys, module, returned, problem):
-    """Issue 42, defect 3: a NaN aggregation trained NaN weights and exited 0; a detached one died in torch's
-    traceback. Now one error line naming the key and the function, exit 2, no final weights."""
+    """A NaN aggregation must not train NaN weights and exit 0, nor a detached one die in torch's traceback: one
+    error line naming the key and the function, exit 2, no final weights."""
     (user_code / f"{module}.py").write_text(
         f"def bad(per_token_loss, mask, scale):\n    return {returned}\n", encoding="utf-8"
     )

@@ -1,4 +1,4 @@
-"""Bad input that used to get through: duplicate or mistyped recipe keys, and the demo's output folder holding
+"""Bad input refused in one line: duplicate or mistyped recipe keys, and the demo's output folder holding
 files the demo did not write. Each is a one-line user error (exit 2) naming the file and line or the path."""
 
 import json
@@ -201,8 +201,8 @@ def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
 
 
 def test_a_second_ctrl_c_during_the_interrupted_save_leaves_no_tmp_folder(tmp_path):
-    """The first Ctrl-C saves `interrupted-step-N`; a second one while it is written used to leave
-    `interrupted-step-N.tmp`, which the next demo into that folder refused as not the demo's."""
+    """The first Ctrl-C saves `interrupted-step-N`; a second one while it is written must not leave
+    `interrupted-step-N.tmp`, which the next demo into that folder would refuse as not the demo's."""
     from minimind_trl.demos.model import save_folder
 
     class Interrupted:

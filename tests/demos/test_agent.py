@@ -146,7 +146,7 @@ def test_a_transcript_is_judged_as_the_reward_reads_it(turns, unfinished, valid,
 
 
 def test_the_curves_title_lies_inside_the_figure(tmp_path, monkeypatch):
-    """Issue 42: the agent demo's two-line title ran past the figure's right edge."""
+    """The agent demo's two-line title must not run past the figure's right edge."""
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
@@ -164,7 +164,7 @@ def test_the_curves_title_lies_inside_the_figure(tmp_path, monkeypatch):
 
 
 def test_the_tool_call_share_is_not_printed_among_the_reward_terms():
-    """Issue 42: `tool_call_fraction` (logged beside the terms, not one of them) was listed with the terms."""
+    """`tool_call_fraction` is logged beside the terms, not one of them: it is not listed with them."""
     summary = {"reward_window": 10, "reward_first10": -0.1, "reward_last10": 1.5, "steps": 40,
                "terms_first_last": {"call_gap": [-0.4, 0.5], "gt_match": [0.2, 1.0], "tool_call_fraction": [0.3, 0.9]},
                "valid_call_rate_before": 0.3, "valid_call_rate_after": 1.0, "correct_answer_rate_before": 0.2,
@@ -178,7 +178,7 @@ def test_the_tool_call_share_is_not_printed_among_the_reward_terms():
 
 
 def test_help_gives_the_agent_modes_own_defaults(capsys):
-    """Issue 42: `demo --help` gave the GRPO demo's --steps and --warm_start_steps defaults for --agent too."""
+    """`demo --help` gives --agent's own --steps and --warm_start_steps defaults, not the GRPO demo's."""
     import yaml
 
     from minimind_trl.demos import default as demo

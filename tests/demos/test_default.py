@@ -229,8 +229,8 @@ def test_step_line_shows_the_logged_values():
 def test_the_default_demo_learns_the_reward_models_preference(tmp_path, capsys):
     """The Quickstart's first command with its defaults (`--rewards full`, seed 42): the last 10 GRPO steps' mean
     total reward is at least 0.5 above the first 10's, the share of held-out prompts answered in the question's
-    language, checked without the reward model, rises by at least 0.3 (issue 17's targets), and on those held-out
-    prompts the layout improves too: both rule terms are higher after GRPO than before (issue 35).
+    language, checked without the reward model, rises by at least 0.3 (the demo's targets, docs/demo.md), and on those
+    held-out prompts the layout improves too: both rule terms are higher after GRPO than before.
 
     One seed, the one every newcomer runs: it passed these checks on each CPU path tried (docs/demo.md: AMD Zen 4, an
     Intel Xeon with AMX, and that Xeon with its kernels capped at AVX2). Another seed is not a check of the code on
@@ -327,7 +327,7 @@ def demo_parse_recipe(tmp_path):
     return parse_recipe(demo.GRPO_RECIPE, {"dataset_name": str(demo.PROMPTS_FILE), "output_dir": str(tmp_path)})
 
 
-# --------------------------------------------------------------------------- --rewards full (issue 17)
+# --------------------------------------------------------------------------- --rewards full
 
 
 FULL_SMOKE_ARGS = ["--rewards", "full", "--steps", "3", "--warm-start-steps", "2", "--reward-model-steps", "3",
@@ -508,7 +508,7 @@ def test_a_rerun_may_replace_what_the_full_reward_demo_writes():
         assert demo.DEMO_OUTPUTS.match(name), name
 
 
-# --------------------------------------------------------------------------- --upstream minimind3 (issue 25)
+# --------------------------------------------------------------------------- --upstream minimind3
 
 
 MINIMIND3_SMOKE_ARGS = ["--upstream", "minimind3", "--steps", "3", "--warm-start-steps", "2",

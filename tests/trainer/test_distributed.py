@@ -118,7 +118,7 @@ def test_ddp_two_processes(ddp):
 
 
 def test_a_loss_estimator_and_aggregation_of_a_module_outside_the_package_run_in_every_process(setup):
-    """Issue 35: `module:function` seams named in a recipe are imported by every process's config."""
+    """`module:function` seams named in a recipe are imported by every process's config."""
     folder = run_dir(setup, "seams")
     values = write_toy_seams(folder / "user_code", "toy_seams_launched")
     recipe = tiny_recipe(folder, setup.policy, setup.data, per_device_train_batch_size=4, **values)

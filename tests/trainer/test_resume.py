@@ -111,7 +111,7 @@ def test_resume_after_sigkill_equals_the_uninterrupted_run(runs, monkeypatch, ca
     monkeypatch.setenv(PROBE_DIR_ENV, str(runs.killed))
     with caplog.at_level(logging.WARNING, logger="minimind_trl.trainer.outputs.run_safety"):
         assert main(["--config", str(runs.recipe), "--resume_from_checkpoint", "last"]) == 0
-    # issue 42: a resume printed nothing about the checkpoint it continued from
+    # a resume says which checkpoint it continues from
     assert f"resuming from {runs.killed / 'out' / 'checkpoint-2'} (optimizer step 2)" in caplog.text
 
     out = runs.killed / "out"

@@ -1,7 +1,7 @@
 """TRL's own multi-turn tool loop (`tools=[python functions]`) trains every turn with `MiniMindGRPOTrainer`: the
 calls the model writes are parsed with MiniMind's response template, run, answered with a tool message, and the
-turn after the tool's result is trained as the first is (issue 31 item 6). Before, the loss mask cut each row at its
-first EOS, so every turn after the first was left out of the loss."""
+turn after the tool's result is trained as the first is. A loss mask that cuts each row at its first EOS would
+leave every turn after the first out of the loss."""
 
 import torch
 from datasets import Dataset
@@ -74,8 +74,8 @@ def test_a_trl_tool_run_trains_the_turn_after_the_tools_result(tmp_path):
 
 
 def test_calls_trl_cuts_for_length_are_logged_and_warned_once(tmp_path, caplog):
-    """Issue 42: with a max_completion_length that holds the call but not its result and an answer, TRL counts the
-    call, drops the result and generates no second turn, silently."""
+    """With a max_completion_length that holds the call but not its result and an answer, TRL counts the call, drops
+    the result and generates no second turn, silently: said once and logged."""
     tokenizer = build_minimind_tokenizer(generation="minimind3")
     call_length = len(tokenizer(CALL, add_special_tokens=False)["input_ids"]) + 1
     args = grpo_config(

@@ -1,4 +1,4 @@
-"""TRL's private members behind one adapter (`trainer/trl_private.py`, issue 41): the table holds against the
+"""TRL's private members behind one adapter (`trainer/trl_private.py`): the table holds against the
 installed TRL and transformers, a changed member is named in one clear error, and no private member of TRL's is
 used in the package without being listed."""
 

@@ -1,6 +1,6 @@
 """TRL's own GRPOTrainer tests on MiniMind: every test of TRL's `tests/test_grpo_trainer.py` that passes with TRL's
-`GRPOTrainer` passes with `MiniMindGRPOTrainer` configured by `MiniMindGRPOConfig.trl_defaults()` (issue 34,
-docs/parity.md#as-a-grpotrainer).
+`GRPOTrainer` passes with `MiniMindGRPOTrainer` configured by `MiniMindGRPOConfig.trl_defaults()`
+(docs/parity.md#as-a-grpotrainer).
 
 The suite is TRL's code, kept in ../shared/trl-tests (see its README) and run from there, never copied here: pytest
 runs it in `SHARDS` subprocesses side by side, each a share of the tests with both trainers and one torch thread (the
@@ -26,9 +26,9 @@ TRAINERS = ("stock", "minimind")
 SHARDS = 2
 MODULE = "tests/test_grpo_trainer.py::TestGRPOTrainer::"
 
-# The TRL tests MiniMindGRPOTrainer failed before issue 34: rewards from environments, TRL's tool loop on MiniMind's
-# tool calls, a `generate` the tests patch. Both trainers must pass them.
-FIXED_BY_ISSUE_34 = (
+# The TRL tests that go through what MiniMindGRPOTrainer changes around TRL's generation: rewards from environments,
+# TRL's tool loop on MiniMind's tool calls, a `generate` the tests patch. Both trainers must pass them.
+THROUGH_MINIMIND_GENERATION = (
     "test_train_with_mask_truncated_completions",
     "test_train_with_tools[tools0]",
     "test_train_with_tools[tools1]",
@@ -40,7 +40,7 @@ FIXED_BY_ISSUE_34 = (
     "test_train_with_malformed_tool_calls",
 )
 # TRL's PEFT tests pass `LoraConfig()` without target_modules: they run on MiniMind once the package registers its
-# default LoRA targets with PEFT (`models/minimind/peft_defaults.py`; failed with both trainers before).
+# default LoRA targets with PEFT (`models/minimind/peft_defaults.py`; without them both trainers fail them).
 NEED_MINIMIND_LORA_DEFAULTS = (
     "test_train_peft_config",
     "test_train_peft_model",
@@ -104,7 +104,7 @@ def test_minimind_trainer_passes_every_trl_grpo_test_stock_trl_passes(tmp_path):
     assert all(trainer in entry for entry in report.values() for trainer in TRAINERS)
     regressions = [test for test, entry in report.items() if entry["stock"] == "passed" != entry["minimind"]]
     assert not regressions, f"pass with TRL's GRPOTrainer, not with MiniMindGRPOTrainer:\n{summary(report)}"
-    for test in FIXED_BY_ISSUE_34 + NEED_MINIMIND_LORA_DEFAULTS:
+    for test in THROUGH_MINIMIND_GENERATION + NEED_MINIMIND_LORA_DEFAULTS:
         assert (report[MODULE + test]["stock"], report[MODULE + test]["minimind"]) == ("passed", "passed"), test
     skipped = {trainer: {test for test, entry in report.items() if entry[trainer] == "skipped"} for trainer in TRAINERS}
     assert skipped["stock"] == skipped["minimind"]  # the same tests run for both

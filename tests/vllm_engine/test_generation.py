@@ -33,7 +33,7 @@ def test_exports_generate_transformers_greedy_tokens_and_minimind2_moe_is_refuse
 
 def test_transformers_backend_runs_minimind_moe_through_the_experts_convention(tmp_path):
     """vLLM swaps every module named `experts` for its fused MoE runner, called as `experts(hidden_states,
-    top_k_index, top_k_weights)`: MiniMind's MoE block must call its experts that way (it used to iterate them)."""
+    top_k_index, top_k_weights)`: MiniMind's MoE block must call its experts that way, not iterate them."""
     result = run_scenario("transformers_backend", tmp_path, env={"VLLM_PLUGINS": ""})
     assert result["hf_config_parser"] == "HFConfigParser"  # vLLM's own: the plugin did not run
     assert result["architecture"] == "TransformersMoEForCausalLM"

@@ -3,8 +3,8 @@
 bf16 autocast halves the bytes a GEMM reads, and on CPUs with bf16 instructions (Intel AMX, AVX512-BF16 on
 Intel Cooper Lake+ and AMD Zen 4+) its GEMMs run 2-18x faster than fp32's. Without them (AVX2-only CPUs: most
 desktops and laptops, AMD Zen 3 servers) torch emulates bf16 and a bf16 GEMM runs 6-60x *slower* than fp32's,
-which made a GRPO step 8.5x slower than upstream's fp32 loop (issue 27). So on CPU the precision is chosen from
-what the machine does fast:
+which makes a GRPO step with bf16 forced 8.5x slower than upstream's fp32 loop there (docs/cpu.md). So on CPU
+the precision is chosen from what the machine does fast:
 
 * capability: `/proc/cpuinfo` names `amx_bf16` or `avx512_bf16` (aarch64: `bf16`) and oneDNN, which runs the
   GEMMs, has bf16 kernels here (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`, which honours `ONEDNN_MAX_CPU_ISA`);
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 # /proc/cpuinfo flags of CPUs with bf16 arithmetic: x86 (AMX tiles, AVX-512 BF16 dot products), aarch64 (BF16).
 X86_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 ARM_BF16_FLAG = "bf16"
-PROBE_ROWS, PROBE_IN, PROBE_OUT = 128, 256, 768  # issue 27's measured shape: one decoder MLP, 128 tokens
+PROBE_ROWS, PROBE_IN, PROBE_OUT = 128, 256, 768  # one decoder MLP, 128 tokens (docs/cpu.md)
 BF16_FASTER_BELOW = 1.0  # bf16 is chosen when its probe time is below this fraction of fp32's
 SLOW_BF16_WARNING_AT = 2.0  # an explicit bf16 warns when bf16 is at least this many times slower
 FORCE_ENV = "MINIMIND_CPU_PRECISION"  # fp32 | bf16: the choice as another CPU kind would make it (tests, CI)

@@ -20,7 +20,7 @@ logits agree with the module path to fp32 rounding, not bit for bit (tested, wit
 
 `DecodeKernel.unsupported(model)` names what the kernel lacks for a model (a GPU: it is built and measured for
 CPU decoding only; rope_type "dynamic", LoRA-wrapped linears, ...); the sampler then decodes through the
-model's modules as before.
+model's modules.
 """
 
 import torch

@@ -32,7 +32,7 @@ from trl.trainer import utils as trl_utils
 TILE_ELEMENTS = 1 << 20
 # fp32 logits kept from the forward for the backward, instead of recomputed (64 MiB: the whole head of 16 completions
 # x 128 tokens at 6400 words; longer batches keep their first chunks). The recompute GEMM is ~17 % of the head's
-# forward + backward in fp32 (AVX2 and AVX-512 measured, benchmarks/README.md, issue 27); with bf16 GEMMs it is
+# forward + backward in fp32 (AVX2 and AVX-512 measured, benchmarks/README.md); with bf16 GEMMs it is
 # cheap, so bf16 tiles are always recomputed. Results are identical either way (the same GEMM call).
 KEEP_FP32_LOGITS_BYTES = 64 << 20
 SUPPORTED_OUTPUTS = frozenset({"log_probs", "entropy"})

@@ -5,7 +5,7 @@ reference forward, TRL's old-log-prob pass when it runs) would recompute them G 
 trainer passes the prompt length to the model (`MiniMindModel`'s `shared_prefix_length`), which computes each
 distinct prompt once and lets its completions attend to its keys and values; the backward flows into each prompt
 once. Groups are found by content (the rows' prompt ids and mask equal), so rows whose prompts differ (other
-padding, an agent rollout's own prefix or left cut) are computed as before, row by row; the model says so in the
+padding, an agent rollout's own prefix or left cut) are computed row by row, unshared; the model says so in the
 log, once. The log-probs and gradients equal the unshared passes' up to summation order (docs/deviations.md).
 
 Left unset, it is used where the policy trains on the CPU, whose passes are bound by their FLOPs, and not on GPUs:

@@ -311,7 +311,7 @@ def test_registry_reserves_trl_and_refuses_a_second_function_under_one_name(monk
         get_adv_estimator("minimind3")
 
 
-# --- what an estimator sees and returns (issue 35) ------------------------------------------------------------
+# --- what an estimator sees and returns -----------------------------------------------------------------------
 
 UNSCORABLE = torch.tensor([0.0, 1.0, float("nan"), 0.5] + [float("nan")] * 4 + [2.0, 4.0, float("nan"), 3.0])
 

@@ -135,7 +135,7 @@ def test_an_aggregation_that_returns_no_scalar_tensor_is_named(monkeypatch, retu
 
 
 @pytest.mark.parametrize("returned, problem", [
-    (lambda loss, mask, scale: (loss * mask).sum() * float("nan"), "returned nan"),  # issue 42: trained NaN weights
+    (lambda loss, mask, scale: (loss * mask).sum() * float("nan"), "returned nan"),  # would train NaN weights
     (lambda loss, mask, scale: (loss * mask).sum() * float("inf"), "returned inf"),  # trained with a logged loss of 0
     (lambda loss, mask, scale: (loss * mask).sum().detach(), "detached from the per-token loss"),
     (lambda loss, mask, scale: torch.tensor(0.25), "detached from the per-token loss"),

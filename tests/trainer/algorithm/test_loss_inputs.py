@@ -1,4 +1,4 @@
-"""What a registered policy loss receives beyond the log-probs (issue 41): the policy's entropies, the reference's
+"""What a registered policy loss receives beyond the log-probs: the policy's entropies, the reference's
 log-probs and its own keyword arguments from the recipe (`loss_kwargs`, checked naming the key)."""
 
 import copy

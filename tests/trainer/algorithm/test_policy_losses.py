@@ -306,7 +306,7 @@ def test_config_refuses_what_a_registered_loss_cannot_honour(tmp_path):
     assert config(loss_type="cispo", top_entropy_quantile=0.5).loss_type == "cispo"  # TRL's: TRL implements it
 
 
-# --- what a loss returns (issue 35) -------------------------------------------------------------------------
+# --- what a loss returns ------------------------------------------------------------------------------------
 
 
 def square_inputs(size: int = 3) -> PolicyLossInputs:

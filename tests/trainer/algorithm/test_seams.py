@@ -85,7 +85,7 @@ COLLIDING = {
         ("advantage_estimator", "{toy}:NOT_A_FUNCTION", "is not callable"),
         ("loss_type", "toy_collides_taken:mine", COLLIDING["taken"][1]),
         ("advantage_estimator", "toy_collides_trl:mine", COLLIDING["trl"][1]),
-        # issue 42: these passed the signature check and died at step 1 with a raw TypeError
+        # these pass a signature check, then would die at step 1 with a raw TypeError
         ("loss_type", "os:system", "built into Python or an extension"),
         ("advantage_estimator", "builtins:print", "built into Python or an extension"),
         ("loss_aggregation", "builtins:max", "built into Python or an extension"),

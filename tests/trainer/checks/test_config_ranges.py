@@ -1,5 +1,5 @@
 """Every numeric setting has a declared range (`config_ranges.RANGES`), and the command line refuses what is outside it
-before anything loads (issue 33, defects 1-3 and the next option to come): NaN, an infinity, a negative number or a
+before anything loads (also the next option to come): NaN, an infinity, a negative number or a
 zero is either refused naming the key or has a documented meaning (`EXPECTED_ACCEPTED` below, written from the
 fields' documentation, not from the table)."""
 
@@ -180,7 +180,7 @@ def test_a_dict_setting_given_as_text_that_is_not_json_names_the_key(key, tmp_pa
         parse_args([*base, f"--{key}", "{a: 1}"])
 
 
-# --------------------------------------------------------------------------- the defects of issue 33, as users met them
+# --------------------------------------------------------------------------- out-of-range values as users met them
 
 
 @pytest.mark.parametrize("loss_type, flag, value", [
@@ -231,7 +231,7 @@ def test_a_cispo_cap_below_one_warns(settings, warns, caplog):
 @pytest.mark.parametrize("values", [{"share_prompts": "yes"}, {"share_prompts": "no"}, {"dynamic_sampling": 1},
                                     {"use_vllm": "false"}, {"bf16": "true"}])
 def test_a_flag_given_something_other_than_true_or_false_is_refused(values):
-    """Issue 42: MiniMindGRPOConfig(share_prompts="yes") was accepted (and "no" would have switched it on)."""
+    """Only true or false: MiniMindGRPOConfig(share_prompts="yes") must not pass (and "no" would switch it on)."""
     (key, value), = values.items()
     with pytest.raises(RecipeError, match=f"{key} must be true or false.*got {value!r}"):
         MiniMindGRPOConfig(output_dir="unused", use_cpu=True, **values)

@@ -1,5 +1,5 @@
-"""`use_vllm` without vLLM and `use_liger_kernel` without liger-kernel are named before any model loads (they used to
-end in a library traceback once the policy, reference and reward model had loaded)."""
+"""`use_vllm` without vLLM and `use_liger_kernel` without liger-kernel are named before any model loads (otherwise
+they end in a library traceback once the policy, reference and reward model have loaded)."""
 
 import pytest
 from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif

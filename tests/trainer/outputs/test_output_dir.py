@@ -1,4 +1,4 @@
-"""`minimind-trl grpo`'s output_dir never overwrites an input or what no run wrote (issue 33, defects 4-6): the
+"""`minimind-trl grpo`'s output_dir never overwrites an input or what no run wrote: the
 starting `.pth` inside the output folder, the reward model as the output folder, the user's README.md in `.`. Each
 refusal is one line naming the path, before any model loads, and overwrite_output_dir does not lift it."""
 
@@ -89,7 +89,7 @@ def test_the_reward_model_is_an_input_like_the_policy(tiny, tmp_path, capsys, no
     argv = grpo(tmp_path, tiny, "--reward_funcs", "format", "reward_model", "--reward_model_name_or_path",
                 str(reward), "--output_dir", str(reward), "--overwrite_output_dir", overwrite)  # fmt: skip
     err = refused(capsys, argv, f"output_dir {reward} is the input reward_model_name_or_path {reward}")
-    assert "--overwrite_output_dir true" not in err  # the advice that used to replace the reward model
+    assert "--overwrite_output_dir true" not in err  # advice that would replace the reward model
     assert snapshot(reward) == before
 
 

@@ -76,7 +76,7 @@ def test_minimind2_moe_is_refused_before_vllm_starts(tmp_path):
 @pytest.mark.parametrize("shape, head_size", [(dict(hidden_size=64), 16), (dict(hidden_size=32), 8),
                                               (dict(minimind_generation="minimind3", hidden_size=128, head_dim=48), 48)])
 def test_a_head_size_vllms_cpu_attention_lacks_is_refused_before_the_engine_starts(tmp_path, shape, head_size):
-    """Issue 42: head size 16 (the demo's tiny folders) failed after a minute of engine start-up with vLLM's raw
+    """Head size 16 (the demo's tiny folders) would fail after a minute of engine start-up with vLLM's raw
     traceback."""
     policy = MiniMindForCausalLM(MiniMindConfig(**{**SMALL, **shape}))
     policy.save_pretrained(tmp_path / "tiny")

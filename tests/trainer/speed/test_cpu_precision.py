@@ -57,7 +57,7 @@ def no_probe(monkeypatch):
         # instructions present, oneDNN capped below them (ONEDNN_MAX_CPU_ISA, with or without ATEN_CPU_CAPABILITY)
         (CpuInfo("AuthenticAMD", "EPYC", "AVX2", False, True, False, False), SLOW_BF16, False, "do not use here"),
         (CpuInfo("AuthenticAMD", "EPYC", "AVX512", False, True, False, False), FAST_BF16, False, "do not use here"),
-        # ATEN_CPU_CAPABILITY=avx2 alone: oneDNN's GEMMs stay native, the probe decides (issue 33)
+        # ATEN_CPU_CAPABILITY=avx2 alone: oneDNN's GEMMs stay native, the probe decides
         (CpuInfo("AuthenticAMD", "EPYC", "AVX2", False, True, False, True), FAST_BF16, True,
          "natively in oneDNN's GEMMs (torch's other kernels run at AVX2)"),
         (CpuInfo("AuthenticAMD", "EPYC", "AVX2", False, True, False, True), SLOW_BF16, False, "but bf16 GEMMs ran"),
