@@ -15,7 +15,8 @@ import os
 
 from ..trainer.outputs.checkpointing import write_native_weights
 from ..errors import OutputDirError
-from ..trainer.outputs.run_safety import os_error_line, output_dir_lock
+from ..loading_utils import os_error_line
+from ..trainer.outputs.run_safety import output_dir_lock
 from .build import build_from_plan, build_trainer
 from .hub import check_push_on_all_ranks
 from .recipe import Recipe, parse_args, parse_recipe

@@ -59,7 +59,7 @@ from .variants import (  # noqa: F401  (the recipes' names are the demo's public
     reward_kind,
     sampling,
 )
-from ..command_flags import FlagParser
+from minimind_trl_cli.flags import FlagParser
 
 REWARD_MODEL_DIR = "_reward_model"
 GRPO_PROMPTS_FILE = "_grpo_prompts.jsonl"  # --rewards full: the bundled prompts less the held-out ones

@@ -8,10 +8,10 @@ import pytest
 
 from minimind_trl.cli import main as cli
 from minimind_trl.demos import default as demo
-from minimind_trl.command_flags import both_spellings
 from minimind_trl.cli.recipe import make_parser
-from minimind_trl.conversion import convert, export, merge_lora
 from minimind_trl.errors import USER_ERROR_EXIT_CODE, MiniMindTRLError
+from minimind_trl_cli.conversion import convert_parser, export_parser, merge_lora_parser
+from minimind_trl_cli.flags import both_spellings
 
 
 def test_both_spellings():
@@ -24,11 +24,11 @@ def test_both_spellings():
 @pytest.mark.parametrize(
     "parse, snake, kebab, dest",
     [
-        (convert.build_parser().parse_args, ["c.pth", "o", "--num_attention_heads", "4"],
+        (convert_parser().parse_args, ["c.pth", "o", "--num_attention_heads", "4"],
          ["c.pth", "o", "--num-attention-heads", "4"], "num_attention_heads"),
-        (export.build_parser().parse_args, ["m", "o", "--format", "llama", "--no_verify"],
+        (export_parser().parse_args, ["m", "o", "--format", "llama", "--no_verify"],
          ["m", "o", "--format", "llama", "--no-verify"], "verify"),
-        (merge_lora.build_parser().parse_args, ["a", "o", "--base_model", "b"], ["a", "o", "--base-model", "b"],
+        (merge_lora_parser().parse_args, ["a", "o", "--base_model", "b"], ["a", "o", "--base-model", "b"],
          "base_model"),
         (demo.parse_args, ["--output_dir", "d", "--warm_start_steps", "3"], ["--output-dir", "d", "--warm-start-steps", "3"],
          "output_dir"),

@@ -20,7 +20,6 @@ import re
 import shutil
 import socket
 import struct
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -154,28 +153,6 @@ def check_output_dir_free(output_dir: str) -> None:
     if os.path.isfile(os.path.join(output_dir, LOCK_NAME)):
         with output_dir_lock(output_dir):
             pass
-
-
-def check_writable(path: str, error: type[Exception] = OutputDirError, flag: str = "output_dir") -> None:
-    """Fail now, before models load, when `path` (a folder to create or fill) cannot be written: a read-only or
-    missing location, a file in the way. Probes by creating a file in the nearest existing folder."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise error(f"{flag} {path}: cannot write there ({probe} is a file, not a folder)")
-    try:
-        handle, name = tempfile.mkstemp(prefix=".minimind-write-check-", dir=probe)
-        os.close(handle)
-        os.remove(name)
-    except OSError as exc:
-        raise error(f"{flag} {path}: cannot write there ({exc.strerror}: {probe})") from None
-
-
-def os_error_line(exc: OSError) -> str:
-    """An OS error as one line naming the path (`No space left on device: out/model.safetensors`)."""
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
 
 
 # --------------------------------------------------------------------------- the data
@@ -435,10 +412,8 @@ __all__ = [
     "check_output_dir_free",
     "check_resume_checkpoint",
     "check_same_run",
-    "check_writable",
     "clear_old_checkpoints",
     "guarded_run",
-    "os_error_line",
     "output_dir_lock",
     "read_run_info",
     "recipe_settings",
