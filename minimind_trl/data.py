@@ -22,16 +22,19 @@ MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
   them and logs how many and where).
 """
 
+from __future__ import annotations  # `datasets` is imported where rows are loaded: `grpo --help` needs none of it
+
 import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from .errors import RLAIFDataError
+
+if TYPE_CHECKING:
+    import datasets
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +137,8 @@ def dataset_records(dataset: datasets.Dataset, source: str) -> Iterator[tuple[st
 def _load_with_datasets(path: Path, source: str, split: str, data_files, revision) -> tuple[datasets.Dataset, str]:
     """A saved dataset, a data folder or a Hub dataset, read by `datasets`; whatever `datasets` raises (a
     missing repo, offline mode, a missing split) becomes an `RLAIFDataError` naming the source."""
+    import datasets
+
     try:
         if path.is_dir() and (path / "state.json").is_file():
             return datasets.load_from_disk(str(path)), source
@@ -227,7 +232,9 @@ def load_rlaif_dataset(
         return conversation_to_row(record["conversations"], where, roles=roles, system_prompt=system_prompt)
 
     rows, skipped = collect_rows(records, to_row, skip_bad_rows, source)
-    result = datasets.Dataset.from_list(rows)
+    from datasets import Dataset
+
+    result = Dataset.from_list(rows)
     if skipped:
         result.info.description = f"{skipped} bad row(s) of {source} skipped"
     return result

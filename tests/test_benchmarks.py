@@ -331,3 +331,15 @@ def test_vllm_rollouts_lean_side_runs_and_reports(capsys):
                                   "--new-tokens", "4", "--repeats", "1"])  # fmt: skip
     assert summary["rollouts_per_round"] == 2 and summary["lean_rollouts_per_s"] > 0 and summary["lean_decode_kernel"]
     assert "vllm_rollouts_per_s" not in summary and _last_json_line(capsys.readouterr().out) == summary
+
+
+def test_cli_help_times_each_help_and_names_its_imports(capsys):
+    """One run of a light command's help: its times, and the packages it imported the most of."""
+    import cli_help
+
+    assert cli_help.main(["--runs", "1", "--commands", "", "convert", "--no-trl"]) == 0
+    summary = _last_json_line(capsys.readouterr().out)
+    assert set(summary["results"]) == {"minimind-trl --help", "minimind-trl convert --help"}
+    for result in summary["results"].values():
+        assert result["wall_s"] > 0 and result["cpu_s"] > 0 and result["imports"]
+        assert not {"torch", "transformers", "trl"} & {name for name, _ in result["imports"]}

@@ -5,6 +5,7 @@ The YAML gives defaults, the command line overrides them, and an unknown key in 
 file, line and the closest valid key. Recipes resolve as given or relative to the packaged `recipes/`.
 """
 
+import argparse
 import difflib
 import os
 import sys
@@ -27,8 +28,20 @@ class Recipe:
     overrides: list[str] = field(default_factory=list)
 
 
+USAGE = "minimind-trl grpo --config RECIPE.yaml [--KEY VALUE ...]"
+DESCRIPTION = (
+    "GRPO training of a MiniMind (a save_pretrained folder, a Hub id or a native .pth) from a recipe: a YAML of the "
+    "settings below, each overridable on the command line as --KEY VALUE (`--KEY null` unsets an optional one). "
+    "Shipped recipes: {recipes} (docs/training.md)."
+)
+CONFIG_HELP = (
+    "the recipe: a YAML of these settings, as given or under the packaged recipes/ (e.g. minimind2/grpo/reasoning); "
+    "the command line overrides it"
+)
+
+
 def make_parser():
-    from trl import ModelConfig, TrlParser
+    from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
     from ..trainer.grpo_config import MiniMindGRPOConfig
 
@@ -44,13 +57,50 @@ def make_parser():
             args = list_overrides(args, list_keys(self))
             return super().parse_args_into_dataclasses(args=args, **kwargs)
 
-    return Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
+    dataclasses = (GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig)
+    description = DESCRIPTION.format(recipes=", ".join(shipped_recipes()))
+    parser = Parser(dataclasses, prog="minimind-trl grpo", usage=USAGE, description=description)
+    # TrlParser takes `--config PATH` out of the arguments before parsing; declared here so --help lists it first
+    parser.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    group_settings(parser, [
+        ("minimind-trl: data, rewards and rollouts", GRPOScriptArguments, ScriptArguments),
+        ("minimind-trl: training", MiniMindGRPOConfig, GRPOConfig),
+        ("TRL ScriptArguments: the dataset", ScriptArguments, None),
+        ("TRL GRPOConfig and transformers TrainingArguments", GRPOConfig, None),
+        ("TRL ModelConfig: loading the policy, LoRA", ModelConfig, None),
+    ])  # fmt: skip
+    return parser
+
+
+def group_settings(parser, groups) -> None:
+    """Move each setting's flags from the parser's one list into the first group whose dataclass has the field and
+    whose base (when given) has not: minimind-trl's own settings apart from TRL's, in `groups`' order."""
+    titled = [(parser.add_argument_group(title), set(fields_of(own)) - set(fields_of(base) if base else ())) for
+              title, own, base in groups]  # fmt: skip
+    options = parser._optionals  # argparse's "options" group: -h, --config and, as HfArgumentParser adds them, all
+    for action in list(options._group_actions):
+        group = next((group for group, names in titled if action.dest in names), None)
+        if group is not None:
+            options._group_actions.remove(action)
+            group._group_actions.append(action)
+
+
+def fields_of(dataclass_type) -> list[str]:
+    import dataclasses
+
+    return [item.name for item in dataclasses.fields(dataclass_type) if item.init]
 
 
 def packaged_recipes_dir() -> Path:
     """Recipes shipped in the wheel (`minimind_trl/recipes`), or the checkout's `recipes/`."""
     packaged = Path(__file__).resolve().parents[1] / "recipes"
     return packaged if packaged.is_dir() else REPO_RECIPES
+
+
+def shipped_recipes() -> list[str]:
+    """The upstream recipes shipped with the package (`minimind2/grpo/reasoning.yaml`, ...), as `--config` takes them."""
+    folder = packaged_recipes_dir()
+    return sorted(str(path.relative_to(folder)) for path in folder.glob("minimind*/**/*.yaml"))
 
 
 def resolve_recipe(path: str) -> str:
@@ -77,7 +127,7 @@ def check_recipe_keys(parser, path: str) -> str:
         raise RecipeError(f"{path}: invalid YAML: {exc}") from exc
     if node is None or not isinstance(node, yaml.MappingNode):
         raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
-    known = {action.dest for action in parser._actions} | {"env"}
+    known = {action.dest for action in parser._actions} - {"help", "config"} | {"env"}
     types = field_types(parser)
     seen: dict[str, int] = {}
     for key_node, value_node in node.value:
