@@ -49,6 +49,9 @@ class Generation:
     settings: tuple[UpstreamSetting, ...]
     notes: tuple[str, ...] = ()
     source: str = "MiniMind's `train_grpo.py`"  # what a run is compared against, in the model card's words
+    architecture: str | None = None  # the MiniMind architecture whose output its rewards score; None: either
+    recipe: str | None = None  # the shipped recipe that reproduces it
+    writes: str = ""  # what its models write, which its rewards score
 
     @property
     def title(self) -> str:
@@ -66,7 +69,7 @@ class Generation:
 @dataclass(frozen=True)
 class RunPrecision:
     """The precision a run trains in, on the device it runs on; `chosen_for_cpu`: `bf16` was left unset and the
-    CPU's own choice made it (`trainer.cpu_precision`), as a device's kind makes it for upstream's loop."""
+    CPU's own choice made it (`trainer.speed.cpu_precision`), as a device's kind makes it for upstream's loop."""
 
     dtype: str  # "bf16", "fp16" or "fp32"
     on_cpu: bool
@@ -151,6 +154,9 @@ MINIMIND2 = Generation(
         UpstreamSetting("reasoning", True, "--reasoning", SCRIPT),
         UpstreamSetting("reward_model_clip", 3.0, "scale = 3.0", SCRIPT),
     ),
+    architecture="minimind2",
+    recipe="recipes/minimind2/grpo/reasoning.yaml",
+    writes="`<think>...</think><answer>...</answer>`",
     notes=(
         "`--reasoning 0` (the chat model) scores with the reward model alone: `reward_funcs: [reward_model]`, "
         "`reasoning: false`.",
@@ -197,6 +203,9 @@ MINIMIND3 = Generation(
         UpstreamSetting("system_prompt_ratio", 0.2, "pre_processing_chat: 20 % get a system prompt", SCRIPT),
         UpstreamSetting("reward_model_clip", 3.0, "get_score: clip to [-3, 3]", SCRIPT),
     ),
+    architecture="minimind3",
+    recipe="recipes/minimind3/grpo/reasoning.yaml",
+    writes="`<think>...</think>` and then the answer, without an `<answer>` block",
     notes=(
         "Old log-probs come from the rollout engine: the default `--rollout_engine torch` scores with the policy "
         "itself before the update (ratio 1, the clips never bind); `sglang` takes the server's log-probs, whose "
@@ -301,6 +310,7 @@ TRL_DEFAULTS = Generation(
 GENERATIONS = {generation.name: generation for generation in (MINIMIND2, MINIMIND3, MINIMIND3_AGENT)}
 UPSTREAMS = {**GENERATIONS, TRL_DEFAULTS.name: TRL_DEFAULTS}  # what `upstream:` may name
 DEFAULTS_GENERATION = "minimind2"  # the generation `MiniMindGRPOConfig`'s defaults follow
+ARCHITECTURE_GENERATIONS = {"minimind2": MINIMIND2, "minimind3": MINIMIND3}  # each architecture's own GRPO
 
 
 def get_generation(name: str | None) -> Generation:
@@ -412,6 +422,7 @@ def render_generations_table(generations=None) -> str:
 
 
 __all__ = [
+    "ARCHITECTURE_GENERATIONS",
     "DEFAULTS_GENERATION",
     "UPSTREAM_PRECISION",
     "GENERATIONS",

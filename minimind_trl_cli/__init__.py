@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .process_exit import exit_process
+from .process_exit import USER_ERROR_EXIT_CODE, exit_process, launch_environment_problem
 
 HELP_FLAGS = ("-h", "--help")
 
@@ -47,6 +47,8 @@ COMMANDS = {
                       "minimind_trl_cli.conversion:export_parser"),
     "merge-lora": Command("minimind_trl.conversion.merge_lora", "merge a LoRA adapter into its base model",
                           "minimind_trl_cli.conversion:merge_lora_parser"),
+    "push": Command("minimind_trl.cli.push", "push a run's finished output folder to the Hugging Face Hub",
+                    "minimind_trl_cli.hub:push_parser"),
 }  # fmt: skip
 
 
@@ -58,9 +60,21 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def environment_error(prog: str) -> int | None:
+    """Exit code 2 after one `<prog>: error: ...` line when a launcher variable cannot be read, else None."""
+    problem = launch_environment_problem()
+    if problem is None:
+        return None
+    print(f"{prog}: error: {problem}", file=sys.stderr)
+    return USER_ERROR_EXIT_CODE
+
+
 def answer_before_running(argv: list[str]) -> int | None:
-    """The exit code of what is answered without running a command (the usage, an unknown command, a command's
-    `--help`), None when the command must run."""
+    """The exit code of what is answered without running a command (a launcher variable that is not a number, the
+    usage, an unknown command, a command's `--help`), None when the command must run."""
+    known = bool(argv) and argv[0] in COMMANDS
+    if (code := environment_error("minimind-trl" + (f" {argv[0]}" if known else ""))) is not None:
+        return code
     if not argv or argv[0] in HELP_FLAGS:
         print(usage())
         return 0
@@ -85,4 +99,4 @@ def console() -> NoReturn:
     exit_process(code)
 
 
-__all__ = ["COMMANDS", "Command", "answer_before_running", "console", "usage"]
+__all__ = ["COMMANDS", "Command", "answer_before_running", "console", "environment_error", "usage"]

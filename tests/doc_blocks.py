@@ -41,3 +41,36 @@ def doc_blocks(page: str, title: str, language: str, count: int) -> list[str]:
 def commands(block: str) -> list[str]:
     """A bash block's command lines (comments and blank lines left out; no continuation lines)."""
     return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def run_python_blocks(blocks: list[str], workdir: Path, timeout: int = 600) -> list[str]:
+    """Run model-card python blocks as a reader pastes them: each in its own namespace, in one fresh interpreter in
+    `workdir`, offline. Blocks that do not `import minimind_trl` run as for a reader without the package (it cannot
+    be imported), so give them apart from those that do. Returns each block's stdout; fails naming the block."""
+    import json
+    import subprocess
+    import sys
+
+    from grpo_fixtures import subprocess_env
+
+    without_package = not any("import minimind_trl" in block for block in blocks)
+    runner = (
+        "import contextlib, io, json, sys\n"
+        + ("sys.modules['minimind_trl'] = None\n" if without_package else "")
+        + "outputs = []\n"
+        "for block in json.loads(sys.stdin.read()):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        try:\n"
+        "            exec(compile(block, '<card block>', 'exec'), {'__name__': '__main__'})\n"
+        "        except BaseException:\n"
+        "            sys.stderr.write(block + '\\n---\\n'); raise\n"
+        "    outputs.append(out.getvalue())\n"
+        "print(json.dumps(outputs))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", runner], cwd=workdir, input=json.dumps(blocks), capture_output=True, text=True,
+        env=subprocess_env(HF_MODULES_CACHE=str(workdir / "hf_modules")), timeout=timeout,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

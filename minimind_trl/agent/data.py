@@ -153,7 +153,7 @@ def agent_row(record: Mapping, where: str) -> dict:
 def load_agent_dataset(
     path_or_hub_name: str | os.PathLike,
     *,
-    split: str = "train",
+    split: str | None = "train",
     data_files: str | list[str] | None = None,
     revision: str | None = None,
     skip_bad_rows: bool = False,

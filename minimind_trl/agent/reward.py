@@ -288,7 +288,7 @@ register_reward("agent_reward", RewardEntry(
     "upstream's agent reward: tool-call gap, gt in the final answer, unfinished penalty, or (no call) format terms "
     "and the reward model with the # Tools prompt; clipped to [-3, 3], each term logged",
     build=build_agent_model_reward, check=check_agent_reward, python="AgentReward", module="minimind_trl.agent",
-    scores_with_reward_model=True,
+    scores_with_reward_model=True, rule_only="agent_rule_reward",
 ))  # fmt: skip
 register_reward("agent_rule_reward", RewardEntry(
     "agent_reward without the reward-model term",

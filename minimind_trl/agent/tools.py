@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ToolSpecError
-from ..loading_utils import import_object
+from ..loading_utils import import_object, is_import_spec
 from .mock_tools import ARGUMENT_CHECKS, MOCKS, SCHEMAS
 from .parsing import call_name_and_arguments
 from .tool_process import ToolProcess, ToolRaised
@@ -270,8 +270,9 @@ def resolve_tool(spec: str | Callable | Tool) -> Tool:
         return _tool_from_object(spec, repr(spec))
     if spec in MOCKS:
         return mock_tool(spec)
-    if ":" in spec or "." in spec:
-        return _tool_from_object(import_object(spec, "tool", ToolSpecError, form="package.module:function"), spec)
+    if is_import_spec(spec):
+        found = import_object(spec, "agent_tools", ToolSpecError, form="package.module:function")
+        return _tool_from_object(found, spec)
     close = difflib.get_close_matches(spec, UPSTREAM_TOOL_NAMES, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ToolSpecError(

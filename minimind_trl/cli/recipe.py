@@ -5,8 +5,8 @@ The YAML gives defaults, the command line overrides them, and an unknown key in 
 file, line and the closest valid key. Recipes resolve as given or relative to the packaged `recipes/`.
 """
 
-import argparse
 import difflib
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -14,9 +14,11 @@ from pathlib import Path
 
 from ..errors import RecipeError
 from ..trainer.checks.config_ranges import NAMED_VALUES, RANGES, check_ranges, range_problem
+from .grpo_help import lay_out_help
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,20 +30,8 @@ class Recipe:
     overrides: list[str] = field(default_factory=list)
 
 
-USAGE = "minimind-trl grpo --config RECIPE.yaml [--KEY VALUE ...]"
-DESCRIPTION = (
-    "GRPO training of a MiniMind (a save_pretrained folder, a Hub id or a native .pth) from a recipe: a YAML of the "
-    "settings below, each overridable on the command line as --KEY VALUE (`--KEY null` unsets an optional one). "
-    "Shipped recipes: {recipes} (docs/training.md)."
-)
-CONFIG_HELP = (
-    "the recipe: a YAML of these settings, as given or under the packaged recipes/ (e.g. minimind2/grpo/reasoning); "
-    "the command line overrides it"
-)
-
-
 def make_parser():
-    from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
+    from trl import ModelConfig, TrlParser
 
     from ..trainer.grpo_config import MiniMindGRPOConfig
 
@@ -50,45 +40,28 @@ def make_parser():
             raise RecipeError(f"{message} (minimind-trl grpo --help lists the options)")
 
         def parse_args_into_dataclasses(self, args=None, **kwargs):
+            args = list(sys.argv[1:] if args is None else args)
+            check_list_flags_given_once(args, list_keys(self))
             # after TrlParser set the recipe's values as defaults: `--key null` sets the default to None
-            args, nulled = null_overrides(list(sys.argv[1:] if args is None else args), nullable_keys(self))
+            args, nulled = null_overrides(args, nullable_keys(self))
             if nulled:
                 self.set_defaults(**dict.fromkeys(nulled))
             args = list_overrides(args, list_keys(self))
             return super().parse_args_into_dataclasses(args=args, **kwargs)
 
-    dataclasses = (GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig)
-    description = DESCRIPTION.format(recipes=", ".join(shipped_recipes()))
-    parser = Parser(dataclasses, prog="minimind-trl grpo", usage=USAGE, description=description)
-    # TrlParser takes `--config PATH` out of the arguments before parsing; declared here so --help lists it first
-    parser.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS, help=CONFIG_HELP)
-    group_settings(parser, [
-        ("minimind-trl: data, rewards and rollouts", GRPOScriptArguments, ScriptArguments),
-        ("minimind-trl: training", MiniMindGRPOConfig, GRPOConfig),
-        ("TRL ScriptArguments: the dataset", ScriptArguments, None),
-        ("TRL GRPOConfig and transformers TrainingArguments", GRPOConfig, None),
-        ("TRL ModelConfig: loading the policy, LoRA", ModelConfig, None),
-    ])  # fmt: skip
+        def parse_known_args(self, args=None, namespace=None):
+            namespace, remaining = super().parse_known_args(args, namespace)
+            for action in self._actions:  # one item of a name-or-list flag stays the name it was (see take_lists)
+                value = getattr(namespace, action.dest, None)
+                given = isinstance(value, list) and value is not action.default  # not the recipe's own list
+                if action.dest in name_or_list and given and len(value) == 1:
+                    setattr(namespace, action.dest, value[0])
+            return namespace, remaining
+
+    parser = Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
+    name_or_list = take_lists(parser)
+    lay_out_help(parser, shipped_recipes())
     return parser
-
-
-def group_settings(parser, groups) -> None:
-    """Move each setting's flags from the parser's one list into the first group whose dataclass has the field and
-    whose base (when given) has not: minimind-trl's own settings apart from TRL's, in `groups`' order."""
-    titled = [(parser.add_argument_group(title), set(fields_of(own)) - set(fields_of(base) if base else ())) for
-              title, own, base in groups]  # fmt: skip
-    options = parser._optionals  # argparse's "options" group: -h, --config and, as HfArgumentParser adds them, all
-    for action in list(options._group_actions):
-        group = next((group for group, names in titled if action.dest in names), None)
-        if group is not None:
-            options._group_actions.remove(action)
-            group._group_actions.append(action)
-
-
-def fields_of(dataclass_type) -> list[str]:
-    import dataclasses
-
-    return [item.name for item in dataclasses.fields(dataclass_type) if item.init]
 
 
 def packaged_recipes_dir() -> Path:
@@ -165,6 +138,37 @@ def check_override_ranges(argv: list[str]) -> None:
             raise RecipeError(f"--{name} {raw}: {problem}")
 
 
+def dict_keys(parser) -> set[str]:
+    """The keys whose field takes a dict (`loss_kwargs`, `lr_scheduler_kwargs`, ...): JSON on the command line."""
+    import typing
+
+    return {
+        key for key, annotation in field_types(parser).items()
+        if any(arg is dict or typing.get_origin(arg) is dict for arg in (annotation, *typing.get_args(annotation)))
+    }  # fmt: skip
+
+
+def check_override_json(argv: list[str], keys: set[str]) -> None:
+    """A dict setting's command-line value that starts with `{` is JSON (transformers reads it with `json.loads`),
+    refused naming the flag as typed when it is not (`--loss_kwargs '{coef: 0.1}'`: YAML's form, a raw
+    `JSONDecodeError` before)."""
+    import json
+
+    for index, arg in enumerate(argv):
+        name, equals, inline = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or name.replace("-", "_") not in keys:
+            continue
+        raw = inline if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if raw.startswith("{"):
+            try:
+                json.loads(raw)
+            except ValueError as exc:
+                raise RecipeError(
+                    f"--{name} {raw}: not JSON ({exc}); write it as --{name} '{{\"key\": 0.5}}' (keys and strings in "
+                    "double quotes, the whole value quoted for the shell)"
+                ) from None
+
+
 NULL_WORDS = ("null", "none", "~")  # YAML's null spellings (and Python's None), case-insensitive
 NULL_MEANINGFUL = {"report_to", *NAMED_VALUES}  # fields where the string "none" has its own meaning
 
@@ -202,12 +206,46 @@ def null_overrides(argv: list[str], nullable: set[str]) -> tuple[list[str], list
     return kept, nulled
 
 
+def take_lists(parser) -> set[str]:
+    """Give the flags of fields that hold a name or a list of names (`report_to`, `optim_target_modules`: `str |
+    list[str]`, which transformers' parser reads as one string) the list flags' forms, and return their keys. One
+    item stays the string it was: a string and a list of one can mean different things (`optim_target_modules`)."""
+    import typing
+
+    keys = set()
+    for action in parser._actions:
+        args = typing.get_args(field_types(parser).get(action.dest))
+        if action.nargs is None and str in args and list[str] in args:
+            action.nargs = "+"
+            keys.add(action.dest)
+    return keys
+
+
 def list_keys(parser) -> set[str]:
-    """The keys whose flag takes a list (`list[...]` fields: `--reward_funcs`, `--agent_tools`, `--reward_weights`)."""
+    """The keys whose flag takes a list: `list[...]` fields (`--reward_funcs`, `--agent_tools`, `--reward_weights`,
+    `--lora_target_modules`, ...) and those of a name or a list (`--report_to`, see `take_lists`)."""
     return {action.dest for action in parser._actions if action.nargs in ("+", "*")}
 
 
 LIST_FORMS = "--{flag} a b (space-separated), --{flag} a,b or --{flag} '[a, b]' (a YAML list, as in a recipe)"
+
+
+def check_list_flags_given_once(argv: list[str], keys: set[str]) -> None:
+    """Refuse a list flag given twice (either spelling): argparse would keep the last list and drop the first
+    without a word, where `--agent_tools a --agent_tools b` reads as both."""
+    seen: dict[str, str] = {}
+    for arg in argv:
+        flag = arg.partition("=")[0]
+        key = flag.removeprefix("--").replace("-", "_")
+        if not arg.startswith("--") or key not in keys:
+            continue
+        if key in seen:
+            spellings = f" (as {seen[key]} and {flag})" if seen[key] != flag else ""
+            raise RecipeError(
+                f"{flag} is given twice{spellings}: a list flag takes all its items at once (argparse would keep the "
+                f"last and drop the first); give it once, as {LIST_FORMS.format(flag=flag.removeprefix('--'))}"
+            )
+        seen[key] = flag
 
 
 def list_overrides(argv: list[str], keys: set[str]) -> list[str]:
@@ -314,13 +352,53 @@ def parse_args(argv: list[str] | None = None):
     else:
         recipe.overrides = list(argv)
     check_override_ranges(recipe.overrides)
+    check_override_json(recipe.overrides, dict_keys(parser))
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
         where = f" ({recipe.path})" if recipe.path else ""
         raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
     check_ranges(model_args)  # TRL's ModelConfig (lora_r, lora_alpha, lora_dropout) checks none of its numbers
+    drop_reward_model_rewards(script_args, training_args, recipe)
     return script_args, training_args, model_args, recipe
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The keys of the `--key` flags in `argv` (both spellings, with or without `=value`)."""
+    return {arg.removeprefix("--").partition("=")[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+
+
+def drop_reward_model_rewards(script_args, training_args, recipe: Recipe) -> None:
+    """`--reward_model_name_or_path null` runs the recipe without its reward model: the recipe's rewards that score
+    with it become their rule-only form (`agent_reward` -> `agent_rule_reward`) or are dropped with their weights,
+    and a note says which. Rewards given with `--reward_funcs` are taken as given (and checked as such)."""
+    overrides = recipe.overrides
+    if not null_overrides(overrides, {"reward_model_name_or_path"})[1] or "reward_funcs" in given_flags(overrides):
+        return
+    from ..agent import reward as _agent_rewards  # noqa: F401  (registers agent_reward and its rule-only form)
+    from ..rewards.registry import without_reward_model
+
+    names = list(script_args.reward_funcs or [])
+    weights = training_args.reward_weights
+    given_weights = "reward_weights" in given_flags(overrides)
+    kept, kept_weights, changes = without_reward_model(names, None if given_weights else weights)
+    if not changes:
+        return
+    source = recipe.path or "the recipe"
+    if not kept:
+        raise RecipeError(
+            f"--reward_model_name_or_path null: {source} scores with the reward model alone (reward_funcs {names}), "
+            "so nothing would be left to reward; name the run's rewards with --reward_funcs (docs/training.md#rewards)"
+        )
+    script_args.reward_funcs = kept
+    if not given_weights:
+        training_args.reward_weights = kept_weights
+    logger.warning(
+        "--reward_model_name_or_path null: %s runs without its reward model: %s; rewards now %s",
+        source,
+        ", ".join(changes),
+        ", ".join(kept),
+    )
 
 
 def _split_config_flag(argv: list[str]) -> list[str]:
@@ -342,6 +420,11 @@ def _process_hint(exc: Exception) -> str:
     if "divisible" not in str(exc):
         return ""
     world_size = os.environ.get("WORLD_SIZE", "1")
+    if "eval batch" in str(exc):
+        return (
+            f" [{world_size} process(es): the eval batch is per_device_eval_batch_size x processes completions and "
+            "must hold whole groups of num_generations_eval (unset: num_generations)]"
+        )
     return (
         f" [{world_size} process(es): the generation batch is per_device_train_batch_size x processes x "
         "steps_per_generation completions and must hold whole groups of num_generations]"

@@ -41,6 +41,7 @@ from .export_gguf import check_gguf_output
 from ..formats.export_native import check_native_outputs, export_native
 from .export_source import TOKENIZER_FILES, load_minimind_folder
 from ..formats.native_config import native_sidecar_path
+from ..trainer.outputs.model_card import run_record
 from .serving_card import model_card
 
 VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
@@ -87,9 +88,10 @@ def export_hf(
     tokenizer=None,
     force: bool = False,
     verify: bool = True,
+    training: str | None = None,
 ) -> Path:
     """Write `model` as a `fmt` folder (config, safetensors, generation config, tokenizer, a model card naming the
-    `vllm serve` flags: `serving_card`), atomically.
+    `vllm serve` flags: `serving_card`, with `training`, the training card's run section, when given), atomically.
 
     With `verify`, the folder is loaded with transformers' own class before it is moved into place: strict
     (no missing/unexpected/mis-shaped keys) and with fp32 logits within `VERIFY_ATOL` of MiniMind's.
@@ -114,7 +116,7 @@ def export_hf(
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
-        card = model_card(output_dir, fmt, target_config.architectures[0], tokenizer)
+        card = model_card(output_dir, fmt, target_config.architectures[0], tokenizer, training)
         (folder / "README.md").write_text(card, encoding="utf-8")
         if verify:
             verify_export(model, folder, fmt, dtype)
@@ -213,6 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         raise ExportError(f"{args.output}: cannot write the export ({os_error_line(exc)})") from exc
 
 
+def training_record(model_dir: str) -> str | None:
+    """The run section of the training card (`README.md`) in `model_dir`, if minimind-trl trained it."""
+    card = Path(model_dir) / "README.md"
+    try:
+        return run_record(card.read_text(encoding="utf-8")) if card.is_file() else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExportError(f"{card}: cannot be read ({type(exc).__name__}: {exc})") from exc
+
+
 def _write(args, model, tokenizer) -> int:
     if args.fmt == "gguf":
         from .export_gguf import export_gguf
@@ -231,7 +242,11 @@ def _write(args, model, tokenizer) -> int:
         if tokenizer is not None:
             print(f"note: the tokenizer stays in {args.model_dir}; upstream MiniMind reads it from its model/ folder")
     else:
-        export_hf(model, args.output, args.fmt, dtype=dtype, tokenizer=tokenizer, force=args.force, verify=args.verify)
+        training = training_record(args.model_dir)
+        export_hf(
+            model, args.output, args.fmt, dtype=dtype, tokenizer=tokenizer, force=args.force, verify=args.verify,
+            training=training,
+        )
         checked = " (checked: loads strictly, same logits)" if args.verify else ""
         print(f"wrote {args.output} as {args.fmt}{checked}")
     return 0

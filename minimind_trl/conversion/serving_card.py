@@ -7,7 +7,10 @@ command with tool calling: `vllm serve FOLDER --enable-auto-tool-choice --tool-c
 (docs/agent.md#serving). The folder's own chat template is used, so no `--chat-template`.
 """
 
+import shlex
 from pathlib import Path
+
+from ..trainer.outputs.model_card import python_string
 
 TOOL_CALL_TOKENS = ("<tool_call>", "</tool_call>")
 TOOL_CALL_FLAGS = "--enable-auto-tool-choice --tool-call-parser hermes"
@@ -27,14 +30,29 @@ def serves_tool_calls(tokenizer) -> bool:
     return _PROBE_TOOL["function"]["name"] in rendered
 
 
-def model_card(folder: str | Path, fmt: str, architecture: str, tokenizer) -> str:
-    """The card's Markdown for an export of `fmt` (transformers class `architecture`) written to `folder`."""
-    name = Path(folder).name
+def shell_word(path: str | Path) -> str:
+    """`path` as one shell word that pastes safely whatever its name (spaces, `;`, quotes, `$`): `shlex.quote`, and
+    `./` before a relative path that starts with `-`, which a command would read as an option."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
+
+
+def model_card(folder: str | Path, fmt: str, architecture: str, tokenizer, training: str | None = None) -> str:
+    """The card's Markdown for an export of `fmt` (transformers class `architecture`) written to `folder` (its
+    code blocks name it as given). `training`: the training card's run section (`model_card.run_record`) of the
+    folder exported, kept so the export still says how the model was trained (rewards, loss, final metrics)."""
+    name, served = Path(folder).name, shell_word(folder)
     lines = [
         f"# {name}",
         "",
         f"A MiniMind model exported by minimind-trl as `{architecture}` (`minimind-trl export --format {fmt}`): "
-        "transformers' own class loads it with MiniMind's logits; vLLM and SGLang look the class up.",
+        "transformers' own class loads it with MiniMind's logits, no minimind-trl or remote code needed; vLLM and "
+        "SGLang look the class up.",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM",
+        f"model = AutoModelForCausalLM.from_pretrained({python_string(str(folder))})",
+        "```",
         "",
         "## Serving",
         "",
@@ -46,20 +64,22 @@ def model_card(folder: str | Path, fmt: str, architecture: str, tokenizer) -> st
             "folder's chat template is used; no `--chat-template`):",
             "",
             "```bash",
-            f"vllm serve {name} {TOOL_CALL_FLAGS}",
+            f"vllm serve {served} {TOOL_CALL_FLAGS}",
             "```",
             "",
             "Send the tool's result back as a `tool` message, with the same `tools` offered again.",
         ]
     elif tokenizer is not None:
-        lines += ["```bash", f"vllm serve {name}", "```", "",
+        lines += ["```bash", f"vllm serve {served}", "```", "",
                   "Its tokenizer has no `<tool_call>`/`</tool_call>` tokens or no chat template that renders `tools`: "
                   "served without tool calling."]  # fmt: skip
     else:
         lines += ["Exported without a tokenizer: copy the one the model was trained with into the folder before "
                   "serving it."]  # fmt: skip
     lines += ["", "See minimind-trl's docs/export.md and docs/agent.md (Serving).", ""]
+    if training:
+        lines += [training.rstrip(), ""]
     return "\n".join(lines)
 
 
-__all__ = ["TOOL_CALL_FLAGS", "TOOL_CALL_TOKENS", "model_card", "serves_tool_calls"]
+__all__ = ["TOOL_CALL_FLAGS", "TOOL_CALL_TOKENS", "model_card", "serves_tool_calls", "shell_word"]

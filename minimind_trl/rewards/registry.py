@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import RewardSpecError
-from ..loading_utils import import_function, looks_local, whole_model_loading
+from ..loading_utils import import_function, is_import_spec, looks_local, whole_model_loading
 from .minimind3_rewards import AnswerRewardModelReward, length, repetition_penalty, think_close_count, thinking_length
 from .reward_model import RewardModelReward
 from .rule_rewards import format_reward, tag_count_reward
@@ -46,6 +46,8 @@ class RewardEntry:
     python: str = ""  # its public name in `module` (what Python users pass the trainer)
     module: str = "minimind_trl.rewards"
     scores_with_reward_model: bool = False  # it loads the model at reward_model_name_or_path (a run lists one)
+    rule_only: str | None = None  # a reward-model reward's form without the model (None: none, it is dropped)
+    generation: str | None = None  # the upstream generation (`generations.GENERATIONS`) whose models' output it scores
 
 
 @dataclass(frozen=True)
@@ -183,41 +185,51 @@ REWARDS: dict[str, RewardEntry] = {
         "+0.5 for upstream's <think>...</think><answer>...</answer> layout",
         build=_function(format_reward),
         python="format_reward",
+        generation="minimind2",
     ),
     "tag_count": RewardEntry(
-        "+0.25 per reasoning tag that occurs exactly once", build=_function(tag_count_reward), python="tag_count_reward"
+        "+0.25 per reasoning tag that occurs exactly once", build=_function(tag_count_reward), python="tag_count_reward",
+        generation="minimind2",
     ),
     "reward_model": RewardEntry(
         "the reward model at reward_model_name_or_path, clipped and (reasoning) answer-blended",
         build=build_reward_model_reward,
         check=check_reward_model,
         python="RewardModelReward",
+        generation="minimind2",
         scores_with_reward_model=True,
     ),
     # MiniMind-3 (d65ef2c)
     "length": RewardEntry(
-        "+0.5 if the stripped completion has 20..800 characters, else -0.5", build=_function(length), python="length"
+        "+0.5 if the stripped completion has 20..800 characters, else -0.5",
+        build=_function(length),
+        python="length",
+        generation="minimind3",
     ),
     "thinking_length": RewardEntry(
         "with </think>: +1.0 if the thought before it has 20..300 characters, else -0.5; 0 without",
         build=_function(thinking_length),
         python="thinking_length",
+        generation="minimind3",
     ),
     "think_close_count": RewardEntry(
         "with </think>: +0.25 if it occurs once, else -0.25; 0 without",
         build=_function(think_close_count),
         python="think_close_count",
+        generation="minimind3",
     ),
     "repetition_penalty": RewardEntry(
         "minus the answer's trigram repetition penalty (at most 0.5)",
         build=_function(repetition_penalty),
         python="repetition_penalty",
+        generation="minimind3",
     ),
     "answer_reward_model": RewardEntry(
         "the reward model at reward_model_name_or_path on the answer after the folded conversation, clipped",
         build=build_answer_reward_model_reward,
         check=check_reward_model,
         python="AnswerRewardModelReward",
+        generation="minimind3",
         scores_with_reward_model=True,
     ),
 }
@@ -229,10 +241,25 @@ def reward_model_rewards() -> tuple[str, ...]:
     return tuple(name for name, entry in REWARDS.items() if entry.scores_with_reward_model)
 
 
-def __getattr__(name: str):
-    if name == "REWARD_MODEL_REWARDS":  # its earlier name, a constant: derived now, as the table can grow
-        return reward_model_rewards()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def without_reward_model(names: list[str], weights: list[float] | None):
+    """A recipe's rewards for a run without its reward model: each reward that scores with it replaced by its
+    rule-only form (`RewardEntry.rule_only`: `agent_reward` -> `agent_rule_reward`) or dropped with its weight.
+    Returns the names, the weights (None if none were given) and one `old -> new` (or `old dropped`) line per
+    change."""
+    kept_names, kept_weights, changes = [], [], []
+    for index, name in enumerate(names):
+        entry = REWARDS.get(name)
+        weight = None if weights is None else weights[index]
+        if entry is None or not entry.scores_with_reward_model:
+            kept_names.append(name)
+            kept_weights.append(weight)
+        elif entry.rule_only is not None:
+            kept_names.append(entry.rule_only)
+            kept_weights.append(weight)
+            changes.append(f"{name} -> {entry.rule_only}")
+        else:
+            changes.append(f"{name} dropped" + ("" if weight is None else f" (weight {weight:g})"))
+    return kept_names, None if weights is None else kept_weights, changes
 
 
 def register_reward(name: str, entry: RewardEntry) -> None:
@@ -246,11 +273,7 @@ def register_reward(name: str, entry: RewardEntry) -> None:
 
 def import_reward_function(spec: str) -> Callable:
     """`package.module:function` or `package.module.function` -> the callable."""
-    return import_function(spec, "reward function", RewardSpecError)
-
-
-def _is_import_spec(name: str) -> bool:
-    return ":" in name or "." in name
+    return import_function(spec, "reward_funcs", RewardSpecError)
 
 
 def check_reward_specs(script_args, training_args) -> None:
@@ -261,7 +284,7 @@ def check_reward_specs(script_args, training_args) -> None:
     for name in names:
         if name in REWARDS:
             continue
-        if _is_import_spec(name):
+        if is_import_spec(name):
             import_reward_function(name)
             continue
         close = difflib.get_close_matches(name, REWARDS, n=1)
@@ -323,4 +346,5 @@ __all__ = [
     "register_reward",
     "reward_model_rewards",
     "reward_model_kind",
+    "without_reward_model",
 ]

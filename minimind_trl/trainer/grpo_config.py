@@ -86,7 +86,8 @@ class MiniMindGRPOConfig(GRPOConfig):
         save_native_pth (`bool`, *optional*, defaults to `False`):
             Also write the weights as upstream MiniMind's native state dict (`grpo_<hidden_size>[_moe].pth`, fp16)
             in every checkpoint and in `output_dir` at the end, like upstream's `--save_weight grpo`, for
-            MiniMind's own scripts. Needs full weights: not with `use_peft` (merge the adapter first).
+            MiniMind's own scripts. A LoRA run (`use_peft`, `peft_config`) writes the merged model there: the base
+            it loaded with the saved adapter folded in.
         dynamic_sampling (`bool`, *optional*, defaults to `False`):
             Replace groups without spread (all completions rewarded alike: advantage 0) by groups generated for
             further prompts drawn from the training set (DAPO's dynamic sampling; see
@@ -240,7 +241,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         default=False,
         metadata={
             "help": "Also save the weights as upstream MiniMind's native .pth (fp16) in every checkpoint and at the "
-            "end, like upstream's --save_weight grpo."
+            "end, like upstream's --save_weight grpo (a LoRA run: the base with its adapter merged in)."
         },
     )
     share_prompts: bool | None = field(

@@ -134,7 +134,7 @@ def documented_rule_only_flags() -> list[str]:
     """The flags of docs/agent.md's rule-only command after the recipe, the policy and tokenizer paths left out."""
     text = (REPO_ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
     lines = text.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ").splitlines()
-    (command,) = [line for line in lines if "agent_rule_reward" in line]
+    (command,) = [line for line in lines if "# rules only" in line]
     words = command.split("#", 1)[0].split()
     flags = words[words.index("--config") + 2 :]
     for path_flag in ("--model_name_or_path", "--tokenizer_name_or_path"):
@@ -143,17 +143,19 @@ def documented_rule_only_flags() -> list[str]:
     return flags
 
 
-def test_the_recipe_runs_with_the_rule_only_reward_as_docs_agent_md_shows(demo_sized, tmp_path):
-    """Issue 42: the recipe sets the reward model's path, and `--reward_model_name_or_path null` became the string
-    'null', so the documented rule-only run was refused on a newcomer's first try."""
+def test_the_recipe_runs_with_the_rule_only_reward_as_docs_agent_md_shows(demo_sized, tmp_path, caplog):
+    """The documented rule-only run: the recipe sets the reward model's path, and unsetting it on the command line
+    runs `agent_reward` without its reward-model term (`agent_rule_reward`), saying so."""
     policy, _ = demo_sized
     flags = documented_rule_only_flags()
-    assert flags == ["--reward_funcs", "agent_rule_reward", "--reward_model_name_or_path", "null"]
+    assert flags == ["--reward_model_name_or_path", "null"]
     data = write_rows(tmp_path / "agent_rl.jsonl", agent_rows(4))
     argv = agent_argv(policy, "unused", data, tmp_path / "out")
     index = argv.index("--reward_model_name_or_path")
     del argv[index : index + 2]
-    assert cli(argv + flags) == 0
+    with caplog.at_level(logging.WARNING, logger="minimind_trl.cli.recipe"):
+        assert cli(argv + flags) == 0
+    assert "agent_reward -> agent_rule_reward; rewards now agent_rule_reward" in caplog.text
     state = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())
     assert [entry["step"] for entry in state["log_history"] if "rewards/agent_rule_reward/mean" in entry] == [1, 2]
 

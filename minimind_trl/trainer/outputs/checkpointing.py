@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = "_staging"
 RUN_INFO_NAME = "minimind_run.json"
 LAST_CHECKPOINT_ALIASES = ("last", "latest", "true")
+COMPLETION_MARKERS = ("config.json", "adapter_config.json")  # moved into place last by `publish_files`
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,15 @@ def publish_folder(staged: str, final: str) -> None:
 def publish_files(staged: str, final: str) -> None:
     """Move a complete save from `staged` into the folder `final`, which also holds other things (checkpoints).
 
-    Each file is renamed into place (never half-written), `config.json` last: a folder whose `config.json` is
-    there holds the whole model. An older `config.json` goes first, so a save interrupted midway never looks done.
+    Each file is renamed into place (never half-written), `config.json` (an adapter's `adapter_config.json`) last: a
+    folder whose config is there holds the whole model. An older config goes first, so a save interrupted midway
+    never looks done.
     """
     os.makedirs(final, exist_ok=True)
-    names = sorted(os.listdir(staged), key=lambda name: name == "config.json")
-    if "config.json" in names and os.path.isfile(os.path.join(final, "config.json")):
-        os.remove(os.path.join(final, "config.json"))
+    names = sorted(os.listdir(staged), key=lambda name: name in COMPLETION_MARKERS)
+    for marker in COMPLETION_MARKERS:
+        if marker in names and os.path.isfile(os.path.join(final, marker)):
+            os.remove(os.path.join(final, marker))
     for name in names:
         target = os.path.join(final, name)
         if os.path.isdir(target) and not os.path.islink(target):
@@ -132,19 +135,26 @@ def without_tied_keys(model, load_result):
     return type(load_result)(missing, load_result.unexpected_keys)
 
 
-def write_native_weights(folder: str) -> str:
+def write_native_weights(folder: str, base_model: str | None = None) -> str:
     """The weights saved in `folder` as upstream MiniMind's `grpo_<hidden>[_moe].pth` (fp16), in that folder.
 
     Read back from the saved safetensors, so it works whatever held the weights in training (DDP, ZeRO-3).
     Called on one process only, so the folder is loaded whole: under ZeRO-3 a plain `from_pretrained` would
-    partition it (`zero.Init`), giving empty tensors on one process and waiting forever for the others."""
+    partition it (`zero.Init`), giving empty tensors on one process and waiting forever for the others.
+    A LoRA run saves only its adapter: the `.pth` is then the merged model (`base_model`, the folder the policy
+    was loaded from, with the adapter folded in by PEFT's `merge_and_unload`, as `minimind-trl merge-lora` does)."""
     import torch
 
     from ...formats.export_native import export_native
     from ...models.minimind.modeling_minimind import MiniMindForCausalLM
 
+    adapter = os.path.isfile(os.path.join(folder, "adapter_config.json"))
     with whole_model_loading():
-        model = MiniMindForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        model = MiniMindForCausalLM.from_pretrained(base_model if adapter else folder, dtype=torch.float32)
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, folder).merge_and_unload()
     suffix = "_moe" if model.config.use_moe else ""
     path = os.path.join(folder, f"grpo_{model.config.hidden_size}{suffix}.pth")
     export_native(model, path, dtype=torch.float16, force=True)
@@ -158,9 +168,12 @@ def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: st
     if str(resume_from_checkpoint).lower() in LAST_CHECKPOINT_ALIASES:
         last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
         if last is None:
+            ended = any(os.path.isfile(os.path.join(output_dir, marker)) for marker in COMPLETION_MARKERS)
             raise ResumeError(
                 f"resume_from_checkpoint={resume_from_checkpoint}: no checkpoint-N folder in {output_dir}"
-            )
+                + (" (it holds a finished model: that run ended without checkpoints, there is nothing to resume)"
+                   if ended else "")
+            )  # fmt: skip
         return last
     if not os.path.isdir(resume_from_checkpoint):
         raise ResumeError(f"resume_from_checkpoint: {resume_from_checkpoint} is not a folder")
@@ -169,6 +182,16 @@ def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: st
             f"resume_from_checkpoint: {resume_from_checkpoint} has no trainer_state.json (not a checkpoint)"
         )
     return resume_from_checkpoint
+
+
+def checkpoint_step(checkpoint: str) -> int | None:
+    """The optimizer step a checkpoint was saved at (its `trainer_state.json`), or None when it says none."""
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as f:
+            step = json.load(f)["global_step"]
+    except (OSError, ValueError, KeyError, TypeError):  # checked elsewhere; here for messages and the end check
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
@@ -251,6 +274,7 @@ __all__ = [
     "STAGING_DIR",
     "check_generation_alignment",
     "check_resume_geometry",
+    "checkpoint_step",
     "publish_files",
     "publish_folder",
     "resolve_resume_checkpoint",

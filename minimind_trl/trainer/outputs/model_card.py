@@ -2,10 +2,13 @@
 
 TRL writes `README.md` in `output_dir` at every checkpoint and before a push. `RunCard` holds the base model, the
 recipe, the reward functions and their weights, and `render_run_section` adds the final metrics and how far the
-settings follow upstream MiniMind's `train_grpo.py`; `extend_model_card` inserts that section into TRL's card.
-`MiniMindGRPOTrainer.create_model_card` does this for every run, from Python or the CLI.
+settings follow upstream MiniMind's `train_grpo.py`; `extend_model_card` inserts that section into TRL's card and
+replaces TRL's Quick start (a `pipeline` on a placeholder, which fails for MiniMind) by one that runs as written.
+`MiniMindGRPOTrainer.create_model_card` does this for every run, from Python or the CLI. An export keeps the section
+(`run_record`) in its own card.
 """
 
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -18,6 +21,8 @@ from ..algorithm.seam_choice import seam_rows
 UPSTREAM_SETTINGS = tuple((row.name, row.flag, row.value) for row in get_generation(None).rows() if row.kind == TRAINING)
 UPSTREAM_SCRIPT_SETTINGS = tuple((row.name, row.flag, row.value) for row in get_generation(None).rows() if row.kind == SCRIPT)
 CARD_SECTION_TITLE = "## MiniMind GRPO run"
+TRL_SECTION_AFTER = "\n## Training procedure"  # the section of TRL's card the run section goes before
+LOADING_TITLE = "### Loading"
 
 
 @dataclass
@@ -33,6 +38,7 @@ class RunCard:
     reward_weights: list[float] = field(default_factory=list)
     reward_model: str | None = None
     dataset: str | None = None
+    eval_dataset: str | None = None  # where the held-out prompts come from (None: the run did not evaluate)
     peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
     upstream: str = get_generation(None).title  # the generation `settings` compares against
@@ -111,16 +117,48 @@ def final_metrics(log_history: list[dict]) -> dict:
     return metrics
 
 
+def final_eval_metrics(log_history: list[dict]) -> dict:
+    """The last evaluation's held-out rewards as TRL logs them (`eval_reward`, `eval_reward_std`, each reward
+    function's `eval_rewards/<name>/mean`, the terms a reward logs itself such as `eval_agent_reward/<term>`, and
+    those of named eval sets, `eval_<set>_reward`) and the step it ran at."""
+    last = next((entry for entry in reversed(log_history) if any(map(_is_eval_reward, entry))), {})
+    metrics = {key: value for key, value in last.items() if _is_eval_reward(key)}
+    return {"step": last["step"], **metrics} if metrics and "step" in last else metrics
+
+
+def _is_eval_reward(key: str) -> bool:
+    head = key.split("/")[0]
+    rewards = head.endswith(("_reward", "_reward_std", "_rewards"))  # the totals, per function, a reward's own terms
+    return key.startswith("eval_") and not key.endswith("/std") and rewards
+
+
 def _source(title: str) -> str:
     """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
     return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
 
 
-def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str | None) -> str:
+def _metrics_table(title: str, metrics: dict, when_empty: str) -> list[str]:
+    lines = ["", f"### {title}", ""]
+    if not metrics:
+        return lines + [when_empty]
+    rows = [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
+    return lines + ["| metric | value |", "|---|---|"] + rows
+
+
+def python_string(value: str) -> str:
+    """`value` as a double-quoted Python string literal (JSON's escapes are Python's), for the card's code."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_run_section(card: RunCard, log_history: list[dict], model_location: str | None) -> str:
+    """The card's MiniMind section; `model_location` is where the model loads from, as its code blocks name it (the
+    Hub id of a pushed run, else the output folder as the run named it)."""
     lines = [CARD_SECTION_TITLE, ""]
     lines.append(f"- **Base model:** `{card.base_model}`")
     if card.dataset:
         lines.append(f"- **Data:** `{card.dataset}`")
+    if card.eval_dataset:
+        lines.append(f"- **Held-out prompts:** `{card.eval_dataset}`")
     if card.recipe:
         lines.append(
             f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
@@ -138,13 +176,10 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
         lines += ["", "### Advantages and loss", "", "| setting | name | function |", "|---|---|---|"]
         lines += [f"| {key} | `{name}` | `{function}` |" for key, name, function in card.functions]
 
-    metrics = final_metrics(log_history)
-    lines += ["", "### Final metrics", ""]
-    if metrics:
-        lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
-    else:
-        lines.append("No metrics were logged.")
+    lines += _metrics_table("Final metrics", final_metrics(log_history), "No metrics were logged.")
+    evaluated = final_eval_metrics(log_history)
+    if card.eval_dataset or evaluated:
+        lines += _metrics_table("Held-out rewards (the last evaluation)", evaluated, "No evaluation ran.")
 
     lines += [
         "",
@@ -158,20 +193,6 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
             f"| {name} | {format_value(value)} | {format_value(upstream_value)} | {flag} | {'yes' if same_value(value, upstream_value) else 'no'} |"
         )
 
-    repo = hub_model_id or "path/to/this/folder"
-    lines += [
-        "",
-        "### Loading",
-        "",
-        "With `pip install minimind-trl`, `import minimind_trl` registers MiniMind with transformers' Auto classes.",
-        "Without it, the modeling code shipped here loads with `trust_remote_code=True`:",
-        "",
-        "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
-        f'model = AutoModelForCausalLM.from_pretrained("{repo}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)',
-        "```",
-    ]
     if card.recipe_text:
         lines += [
             "",
@@ -183,20 +204,81 @@ def render_run_section(card: RunCard, log_history: list[dict], hub_model_id: str
             "",
             "</details>",
         ]
+    repo = model_location or "path/to/this/folder"
+    lines += [
+        "",
+        LOADING_TITLE,
+        "",
+        "With minimind-trl installed, `import minimind_trl` registers MiniMind with transformers' Auto classes (as in",
+        "the Quick start). Without it, the modeling code shipped with the model loads with `trust_remote_code=True`:",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f"model = AutoModelForCausalLM.from_pretrained({python_string(repo)}, trust_remote_code=True)",
+        f"tokenizer = AutoTokenizer.from_pretrained({python_string(repo)}, trust_remote_code=True)",
+        "```",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def extend_model_card(readme_path: str, section: str, base_model: str) -> None:
-    """Insert the run section into TRL's card (before its "Training procedure"), replacing an older one."""
+def run_record(card_text: str) -> str | None:
+    """A training card's run section without its Loading part (which names the training folder): what an export
+    of the model keeps of how it was trained. None when the card has no run section."""
+    start = card_text.find(CARD_SECTION_TITLE)
+    if start == -1:
+        return None
+    end = card_text.find(TRL_SECTION_AFTER, start)
+    section = card_text[start : end if end != -1 else len(card_text)]
+    return section.split("\n" + LOADING_TITLE, 1)[0].rstrip() + "\n"
+
+
+QUICK_START_TITLE = "## Quick start"
+QUICK_START_QUESTION = (  # TRL's template's
+    "If you had a time machine, but could only go to the past or the future once and never return, which would you "
+    "choose and why?"
+)
+
+
+def quick_start(model_location: str) -> str:
+    """The card's Quick start: TRL's `pipeline` example, which runs as written on a MiniMind once `minimind_trl` is
+    imported (TRL's own has no import and a placeholder path, so it fails for MiniMind)."""
+    return "\n".join([
+        QUICK_START_TITLE,
+        "",
+        "```python",
+        "import minimind_trl  # registers MiniMind with transformers (without minimind-trl: see Loading below)",
+        "from transformers import pipeline",
+        "",
+        f"question = {python_string(QUICK_START_QUESTION)}",
+        f'generator = pipeline("text-generation", model={python_string(model_location)})',
+        'output = generator([{"role": "user", "content": question}], max_new_tokens=128, return_full_text=False)[0]',
+        'print(output["generated_text"])',
+        "```",
+        "",
+    ])  # fmt: skip
+
+
+def _replace_section(text: str, title: str, body: str) -> str:
+    """`text` with its `## title` section (up to the next `## `) replaced by `body`; unchanged without one."""
+    start = text.find(title + "\n")
+    if start == -1:
+        return text
+    end = text.find("\n## ", start + len(title))
+    return text[:start] + body + (text[end + 1 :] if end != -1 else "")
+
+
+def extend_model_card(readme_path: str, section: str, base_model: str, model_location: str) -> None:
+    """Insert the run section into TRL's card (before its "Training procedure"), replacing an older one, and TRL's
+    Quick start by `quick_start` for the model at `model_location`."""
     with open(readme_path, encoding="utf-8") as f:
         text = f.read()
     if CARD_SECTION_TITLE in text:  # a card written at an earlier checkpoint
         start = text.index(CARD_SECTION_TITLE)
-        end = text.find("\n## Training procedure", start)
+        end = text.find(TRL_SECTION_AFTER, start)
         text = text[:start] + (text[end + 1 :] if end != -1 else "")
     # TRL links the base model only when it is a Hub id; say what it was otherwise.
     text = text.replace("[None](https://huggingface.co/None)", f"`{base_model}`")
-    text = text.replace('model="None"', 'model="path/to/this/folder"')
+    text = _replace_section(text, QUICK_START_TITLE, quick_start(model_location))
     anchor = text.find("## Training procedure")
     text = text[:anchor] + section + "\n" + text[anchor:] if anchor != -1 else text.rstrip() + "\n\n" + section
     tmp = f"{readme_path}.tmp"
@@ -211,6 +293,9 @@ __all__ = [
     "UPSTREAM_SETTINGS",
     "describe_run",
     "extend_model_card",
+    "quick_start",
+    "run_record",
+    "final_eval_metrics",
     "final_metrics",
     "peft_summary",
     "render_run_section",

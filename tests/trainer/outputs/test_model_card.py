@@ -1,14 +1,18 @@
 """The model card's parity table compares a run against the upstream generation it follows."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from datasets import Dataset
+from transformers import AutoTokenizer
 
 from minimind_trl.cli.script_args import GRPOScriptArguments
 from minimind_trl.generations import GENERATIONS, UPSTREAMS
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 from minimind_trl.trainer.outputs.model_card import (
     RunCard,
+    final_eval_metrics,
     peft_summary,
     render_run_section,
     upstream_settings,
@@ -136,3 +140,81 @@ def test_a_prompt_tuning_run_builds_its_card_and_trains(tmp_path):
     assert trainable and all("prompt_encoder" in name for name in trainable)
     trainer.train()
     assert all(not torch.equal(p, trainable[name]) for name, p in trainer.model.named_parameters() if p.requires_grad)
+
+
+def length_reward(completions, **kwargs):
+    return [float(len(completion)) for completion in completions]
+
+
+def saved_card(root: Path, lora: bool) -> str:
+    """A trainer's final save and card, for a full policy or a LoRA adapter, in a folder whose name needs quoting
+    in Python (space, quote, backslash): the card's code names it as the run did."""
+    from minimind_trl.models.minimind.tiny import save_tiny_minimind
+
+    policy = save_tiny_minimind(root / "policy")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    peft_config = None
+    if lora:
+        peft_config = pytest.importorskip("peft").LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    args = grpo_config(root, output_dir=str(root / 'my "run" \\ out'))
+    trainer = MiniMindGRPOTrainer(
+        str(policy), length_reward, args, train_dataset=Dataset.from_list([{"prompt": "hi"}] * 8),
+        processing_class=tokenizer, peft_config=peft_config,
+    )  # fmt: skip
+    trainer.save_model(args.output_dir)
+    trainer.create_model_card(model_name="run")
+    return (Path(args.output_dir) / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_python_block_of_the_card_runs_as_written(tmp_path):
+    """TRL's Quick start (a `pipeline` on a placeholder path, no `import minimind_trl`) failed as written: the card's
+    blocks, of a full run and of a LoRA run, name the run's output folder and run; those without
+    `import minimind_trl` without the package."""
+    from doc_blocks import fenced_blocks, run_python_blocks
+
+    cards = [saved_card(tmp_path / kind, lora=kind == "lora") for kind in ("full", "lora")]
+    quick_starts, loadings = [], []
+    for text in cards:
+        quick_start, loading = fenced_blocks(text, "python")  # the card has these two
+        assert "path/to/this/folder" not in text
+        assert "import minimind_trl" in quick_start and "trust_remote_code=True" in loading
+        quick_starts.append(quick_start)
+        loadings.append(loading)
+    assert all(output.strip() for output in run_python_blocks(quick_starts, tmp_path))  # the generated text
+    run_python_blocks(loadings, tmp_path)
+
+
+def test_the_card_yaml_block_is_the_recipe(tmp_path):
+    import yaml
+
+    card = RunCard(base_model="tiny", recipe="r.yaml", recipe_text="learning_rate: 1.0e-3\nreward_funcs: [format]\n")
+    (block,) = fenced_blocks_of(render_run_section(card, [], "out/run"), "yaml")
+    assert yaml.safe_load(block) == {"learning_rate": 1e-3, "reward_funcs": ["format"]}
+
+
+def fenced_blocks_of(text, language):
+    from doc_blocks import fenced_blocks
+
+    return fenced_blocks(text, language)
+
+
+def test_the_card_shows_the_last_evaluations_held_out_rewards():
+    """The last evaluation's rewards as TRL names them (totals, per function, a reward's own terms, named eval sets),
+    not its other figures, with its step; a run that was to evaluate and did not says so."""
+    history = [
+        {"reward": 1.0, "rewards/f/mean": 1.0, "step": 2},
+        {"eval_reward": 0.5, "eval_rewards/f/mean": 0.5, "step": 2},
+        {"eval_reward": 0.7, "eval_reward_std": 0.1, "eval_rewards/f/mean": 0.7, "eval_rewards/f/std": 0.1,
+         "eval_agent_reward/gt_match": 0.25, "eval_held_reward": 0.3, "eval_frac_reward_zero_std": 0.0,
+         "eval_agent/turns": 2.0, "eval_loss": 0.01, "step": 4},
+        {"train_runtime": 3.0, "step": 4},
+    ]
+    assert final_eval_metrics(history) == {
+        "step": 4, "eval_reward": 0.7, "eval_reward_std": 0.1, "eval_rewards/f/mean": 0.7,
+        "eval_agent_reward/gt_match": 0.25, "eval_held_reward": 0.3,
+    }  # fmt: skip
+    card = RunCard(base_model="tiny", eval_dataset="data [test]")
+    shown = render_run_section(card, history, None)
+    assert "- **Held-out prompts:** `data [test]`" in shown and "| eval_agent_reward/gt_match | 0.25 |" in shown
+    assert "No evaluation ran." in render_run_section(card, history[:1], None)
+    assert "Held-out" not in render_run_section(RunCard(base_model="tiny"), history[:1], None)
