@@ -53,7 +53,8 @@ def cpu_name() -> str:
 
 
 def cases(commands: list[str], with_trl: bool) -> dict[str, list[str]]:
-    runs = {f"minimind-trl {name} --help".replace("  ", " "): [str(BIN / "minimind-trl"), *filter(None, [name]), "--help"]
+    executable = str(BIN / "minimind-trl")
+    runs = {" ".join(["minimind-trl", *filter(None, [name]), "--help"]): [executable, *filter(None, [name]), "--help"]
             for name in commands}  # fmt: skip
     if with_trl:
         runs["trl grpo --help"] = [str(BIN / "trl"), "grpo", "--help"]

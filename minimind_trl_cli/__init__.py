@@ -37,7 +37,8 @@ class Command:
 
 
 COMMANDS = {
-    "demo": Command("minimind_trl.demos.default", "teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes"),
+    "demo": Command("minimind_trl.demos.default",
+                    "teach a tiny MiniMind the reasoning format with GRPO on CPU, in minutes"),
     "grpo": Command("minimind_trl.cli.grpo", "GRPO training from a recipe: --config RECIPE.yaml, then overrides",
                     "minimind_trl.cli.recipe:make_parser"),
     "convert": Command("minimind_trl.conversion.convert", "native MiniMind .pth -> Hugging Face folder (safetensors)",
@@ -80,7 +81,7 @@ def answer_before_running(argv: list[str]) -> int | None:
         return 0
     if argv[0] not in COMMANDS:
         print(f"minimind-trl: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+        return USER_ERROR_EXIT_CODE
     command = COMMANDS[argv[0]]
     options = argv[1 : argv.index("--")] if "--" in argv else argv[1:]  # after `--` an argument is never a flag
     if command.parser is not None and any(arg in HELP_FLAGS for arg in options):

@@ -9,8 +9,8 @@ accepted too. A launcher variable set to something that is not a number (`WORLD_
 every command, `--help` included (`minimind_trl_cli.process_exit`).
 
 Modules: `recipe` (with `grpo_help`) -> `run_plan` -> `build` (with `policy` and `run_data`) -> `grpo` -> `hub` are the
-stages of `minimind-trl grpo`; `push` pushes a finished output folder later; `minimind-trl demo` runs them on an embedded
-default from `minimind_trl.demos` (imported by name, like every subcommand: the demos sit above the commands).
+stages of `minimind-trl grpo`; `push` pushes a finished output folder later; `minimind-trl demo` runs them on an
+embedded default from `minimind_trl.demos` (imported by name, like every subcommand: the demos sit above the commands).
 """
 
 import importlib

@@ -71,7 +71,8 @@ def packaged_recipes_dir() -> Path:
 
 
 def shipped_recipes() -> list[str]:
-    """The upstream recipes shipped with the package (`minimind2/grpo/reasoning.yaml`, ...), as `--config` takes them."""
+    """The upstream recipes shipped with the package (`minimind2/grpo/reasoning.yaml`, ...), as `--config` names
+    them."""
     folder = packaged_recipes_dir()
     return sorted(str(path.relative_to(folder)) for path in folder.glob("minimind*/**/*.yaml"))
 

@@ -81,7 +81,7 @@ class StageProgress(TrainerCallback):
 
 def quieted(trainer):
     """`trainer` without the Trainer's printed log dicts and progress bar: the demo prints its own lines
-    (`DemoProgress`), and its SFT warm starts print none."""
+    (`DemoProgress`), and its SFT warm starts a bar of their steps (`StageProgress`)."""
     from transformers import PrinterCallback, ProgressCallback
 
     for callback in (PrinterCallback, ProgressCallback):

@@ -236,11 +236,11 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
     pairwise accuracy)."""
     import torch
     from safetensors.torch import save_file
+    from tqdm.auto import tqdm
 
     from ..models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer
     from ..models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
     from ..rewards.scorers import InternLM2Scorer, pad_token_ids
-    from tqdm.auto import tqdm
 
     started = time.time()
     torch.manual_seed(seed)

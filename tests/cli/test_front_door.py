@@ -42,8 +42,10 @@ def test_every_command_that_does_not_train_declares_its_parser():
         assert COMMANDS[name].parser is not None, f"{name}: name its parser in COMMANDS (minimind_trl_cli)"
 
 
-@pytest.mark.parametrize("argv", [[], ["--help"], *([name, "--help"] for name in COMMANDS if name not in TRAINING_COMMANDS)],
-                         ids=lambda argv: " ".join(argv) or "no arguments")  # fmt: skip
+LIGHT_HELP = [[], ["--help"], *([name, "--help"] for name in COMMANDS if name not in TRAINING_COMMANDS)]
+
+
+@pytest.mark.parametrize("argv", LIGHT_HELP, ids=lambda argv: " ".join(argv) or "no arguments")
 def test_help_of_what_does_not_train_imports_no_torch(argv):
     result, modules = run_front_door(*argv)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -58,8 +60,10 @@ def test_grpo_help_opens_with_the_command_and_its_recipe_and_imports_no_trainer(
     assert head.startswith("usage: minimind-trl grpo --config RECIPE.yaml [--KEY VALUE ...]\n\nGRPO training")
     assert "--config RECIPE.yaml" in head.split("\noptions:\n")[1] and "minimind2/grpo/reasoning.yaml" in head
     titles = [line for line in rest.splitlines() if line and not line.startswith(" ")]
-    assert titles == ["minimind-trl: training:", "TRL ScriptArguments: the dataset:",
-                      "TRL GRPOConfig and transformers TrainingArguments:", "TRL ModelConfig: loading the policy, LoRA:"]
+    assert titles == [
+        "minimind-trl: training:", "TRL ScriptArguments: the dataset:",
+        "TRL GRPOConfig and transformers TrainingArguments:", "TRL ModelConfig: loading the policy, LoRA:",
+    ]  # fmt: skip
     assert "--reward_funcs" in rest.split("minimind-trl: training:")[0]  # ours, apart from TRL's
     assert "--advantage_estimator" in rest.split("TRL ScriptArguments")[0].split("minimind-trl: training:")[1]
     assert "--learning_rate" in rest.split("TRL GRPOConfig")[1] and "--dataset_name" in rest.split("TRL GRPOConfig")[0]

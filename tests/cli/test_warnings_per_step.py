@@ -14,7 +14,7 @@ from minimind_trl.cli.recipe import shipped_recipes
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    """The demo's tiny MiniMind2 and MiniMind-3 (with their tokenizers) and a tiny InternLM2 reward model, as folders."""
+    """The demo's tiny MiniMind2 and MiniMind-3 (with their tokenizers), a tiny InternLM2 reward model, agent rows."""
     from minimind_trl.demos.model import build_model, build_tokenizer, save_folder
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
 
