@@ -343,3 +343,13 @@ def test_cli_help_times_each_help_and_names_its_imports(capsys):
     for result in summary["results"].values():
         assert result["wall_s"] > 0 and result["cpu_s"] > 0 and result["imports"]
         assert not {"torch", "transformers", "trl"} & {name for name, _ in result["imports"]}
+
+
+def test_tool_call_parsing_prints_its_figures(capsys):
+    import tool_call_parsing
+
+    figures = tool_call_parsing.main(["--tags", "10", "100", "--upstream-max", "10"])
+    assert set(figures) == {10, 100} and figures[100]["upstream_regex_s"] is None
+    assert figures[10]["upstream_regex_s"] > 0 and figures[100]["characters"] == 100 * figures[10]["characters"] // 10
+    out = capsys.readouterr().out
+    assert "100 unclosed tags" in out and _last_json_line(out)["10"]["parse_tool_calls_s"] > 0
