@@ -361,8 +361,6 @@ def import_function(
 
 
 __all__ = [
-    "check_writable",
-    "os_error_line",
     "DTYPES",
     "DTYPE_NAMES",
     "MODEL_FOLDER_FILES",
@@ -371,11 +369,13 @@ __all__ = [
     "check_output_file",
     "check_output_folder",
     "check_state_dict_matches",
+    "check_writable",
     "import_function",
     "import_object",
     "is_import_spec",
     "looks_local",
     "loading_info_problems",
+    "os_error_line",
     "preview",
     "resolve_dtype",
     "state_dict_problems",
