@@ -393,6 +393,12 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         # arithmetic) unless `experts_implementation` asks for another
         return super().get_correct_experts_implementation("eager" if requested_experts is None else requested_experts)
 
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        # TRL reads this name around every rollout; transformers 5 renamed it `is_activation_checkpointing` and warns
+        # (FutureWarning) on each read of the old one. The same test, on either transformers, without the warning.
+        return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
+
     def save_pretrained(self, *args, **kwargs):
         # vLLM's transformers backend looks the backbone up through auto_map["AutoModel"]; transformers only
         # records the saved class (AutoModelForCausalLM), so name the backbone too when shipping remote code.
