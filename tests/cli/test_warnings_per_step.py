@@ -52,3 +52,13 @@ def test_no_warning_is_given_twice_in_a_run_of_a_shipped_recipe(recipe, tiny_mod
     assert not recorded.repeated(), "\n".join(recorded.repeated())
     notices = [line for line in recorded.lines() if TRL_ROLLOUT_FUNC_NOTICE in line]
     assert not notices, notices
+
+
+def test_no_warning_is_given_twice_with_activation_checkpointing(tiny_models, tmp_path):
+    """TRL turns checkpointing off and on around every rollout by transformers' former names (a FutureWarning each)."""
+    argv = recipe_argv("minimind2/grpo/reasoning.yaml", tiny_models, tmp_path / "out") + [
+        "--activation_checkpointing", "true"
+    ]
+    with recorded_warnings() as recorded:
+        assert cli(argv) == 0
+    assert not recorded.repeated(), "\n".join(recorded.repeated())
