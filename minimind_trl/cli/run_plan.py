@@ -19,7 +19,7 @@ from ..agent.recipe import AgentSettings, agent_settings, check_agent_recipe
 from ..agent.tools import toolbox_settings
 from ..errors import RecipeError
 from ..generations import deviations, format_value, get_generation
-from ..loading_utils import import_object
+from ..loading_utils import check_writable, import_object
 from ..prompt_rendering import PromptRendering
 from ..rewards.registry import RewardSpec, check_reward_specs, reward_spec
 from ..trainer.outputs.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
@@ -28,7 +28,7 @@ from ..trainer.checks.extras import check_extras
 from ..trainer.checks.trainer_settings import check_rendering_settings
 from ..trainer.outputs.output_dir import check_output_dir, run_inputs
 from ..trainer.outputs.run_lock import check_output_dir_free
-from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint, check_writable
+from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
 from .hub import check_hub_repo
