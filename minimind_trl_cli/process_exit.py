@@ -39,7 +39,7 @@ LAUNCH_VARIABLES = {"WORLD_SIZE": 1, "LOCAL_WORLD_SIZE": 1, "RANK": 0, "LOCAL_RA
 
 def launch_environment_problem() -> str | None:
     """One line naming the first launcher variable that is set but not a whole number at least its least value, or
-    None. Left to the libraries, it was an `int()` traceback, even for `--help`."""
+    None. Left to the libraries, it is an `int()` traceback, even for `--help`."""
     for name, least in LAUNCH_VARIABLES.items():
         value = os.environ.get(name)
         if value is None:
