@@ -27,6 +27,7 @@ from .checkpointing import (
     write_native_weights,
 )
 from .run_safety import guarded_run, recipe_settings, save_staged
+from ..fsdp_launch import tied_weights_once, whole_model_saving
 
 
 class CheckpointedTraining:
@@ -93,11 +94,19 @@ class CheckpointedTraining:
         """The Trainer's save, written into `<output_dir>/_staging/final` and then moved into place file by file
         (`config.json` last), so a run killed while saving never leaves a complete-looking, truncated model."""
         if self._staging_checkpoint:  # inside `_save_checkpoint`, which stages and publishes the whole folder
-            return super().save_model(output_dir, _internal_call)
-        trainer_save = super().save_model
-        save_staged(self, output_dir or self.args.output_dir, lambda staged: trainer_save(staged, _internal_call=True))
+            return self._save_weights(output_dir)
+        save_staged(self, output_dir or self.args.output_dir, self._save_weights)
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _save_weights(self, output_dir: str) -> None:
+        """The Trainer's save without its Hub push; under FSDP2 the whole weights gathered from every process and
+        saved as the policy's own class, each tied weight once (`fsdp_launch.whole_model_saving`)."""
+        if not self.is_fsdp_enabled:
+            return super().save_model(output_dir, _internal_call=True)
+        state_dict = self.accelerator.get_state_dict(self.model)  # a collective: every process takes part
+        with whole_model_saving(self.model):
+            self._save(output_dir, state_dict=tied_weights_once(self.model, state_dict))
 
     def _issue_warnings_after_load(self, load_result) -> None:
         # no "missing keys: lm_head.weight" at every correct resume: it is tied to the embedding, saved once

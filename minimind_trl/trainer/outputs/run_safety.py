@@ -27,7 +27,7 @@ from pathlib import Path
 from contextlib import contextmanager
 
 from ...errors import MiniMindTRLError, OutputDirError, ResumeError
-from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint
+from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint, resume_state_files
 from .output_dir import (  # the output folder's rules, re-exported for older imports
     LOCK_NAME,
     WEIGHT_FILES,
@@ -309,9 +309,7 @@ def check_resume_checkpoint(checkpoint: str, args, run_identity: dict | None = N
         if problem := _unreadable(path):
             raise ResumeError(f"{path} is {problem}; resume from an earlier checkpoint")
 
-    needed = []
-    if not getattr(args, "save_only_model", False):
-        needed += ["latest"] if deepspeed else ["optimizer.pt", "scheduler.pt"]
+    needed = resume_state_files(checkpoint, info, args)
     world_size = int(info.get("world_size", 1))
     needed += ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
