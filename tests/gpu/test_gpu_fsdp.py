@@ -4,13 +4,11 @@ a MiniMind folder with its native .pth. On CUDA in bf16 (the config's mixed prec
 (the two-process run on CPU, with its exact resume, is tests/trainer/test_fsdp_launch.py)."""
 
 import json
-import sys
 
 import pytest
 import torch
-from conftest import free_port
-from gpu_harness import run_launch, seconds_left
-from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from gpu_harness import launch_grpo
+from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.gpu
@@ -18,31 +16,17 @@ pytestmark = pytest.mark.gpu
 STEPS = 3
 
 
-def records(probe, kind: str) -> list[dict]:
-    return [json.loads(line) for line in (probe / f"{kind}-rank0.jsonl").read_text().splitlines()]
-
-
 def test_fsdp_on_one_device_trains_generates_and_saves_whole_weights(tmp_path, device):
     policy = build_tiny_policy(tmp_path / "policy")
     recipe = tiny_recipe(tmp_path, policy, write_rlaif(tmp_path / "rlaif.jsonl"), max_steps=STEPS,
                          use_cpu=device == "cpu", bf16=device == "cuda", save_strategy="steps", save_steps=2,
                          save_native_pth=True)  # fmt: skip
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(REPO_ROOT / "recipes" / "accelerate" / "fsdp.yaml"),
-        "--num_processes", "1", "--mixed_precision", "bf16" if device == "cuda" else "no",
-        "--main_process_port", str(free_port()),
-        "-m", "minimind_trl.grpo", "--config", str(recipe), "--callbacks", "grpo_fixtures:RankProbe",
-    ]  # fmt: skip
-    result = run_launch(command, subprocess_env(**{PROBE_DIR_ENV: probe}), timeout=seconds_left())
-    assert result.returncode == 0, result.stderr[-4000:]
+    records = launch_grpo("fsdp", recipe, tmp_path / "probe", device)
 
-    (layout,) = records(probe, "layout")
+    (layout,) = records("layout")
     assert layout["distributed_type"] == "DistributedType.FSDP" and layout["partitioned_params"] == 20
-    assert [row["step"] for row in records(probe, "steps")] == list(range(1, STEPS + 1))
-    rewards = records(probe, "rewards")  # generation ran every step, the parameters gathered by FSDP
+    assert [row["step"] for row in records("steps")] == list(range(1, STEPS + 1))
+    rewards = records("rewards")  # generation ran every step, the parameters gathered by FSDP
     assert len(rewards) == STEPS and all(len(row["lengths"]) == 8 and min(row["lengths"]) >= 1 for row in rewards)
     initial = load_file(policy / "model.safetensors")
     for folder in (tmp_path / "out", tmp_path / "out" / "checkpoint-2"):

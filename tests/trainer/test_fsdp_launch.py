@@ -179,6 +179,20 @@ def test_a_checkpoint_of_another_launch_kind_is_refused(tmp_path, monkeypatch, s
     check_same_layout(str(tmp_path), {"distributed_type": saved}, "FSDP" if "FSDP" in saved else "DDP")
 
 
+
+@pytest.mark.parametrize("save_only_model", [False, True])
+def test_what_an_fsdp_resume_reads_is_required(tmp_path, monkeypatch, save_only_model):
+    """An FSDP resume loads the weights from FSDP's file, even when only the model was saved (transformers then has
+    no optimizer state to load either); other launches read the Trainer's files."""
+    from minimind_trl.trainer.outputs.checkpointing import resume_state_files
+
+    args = SimpleNamespace(save_only_model=save_only_model, deepspeed_plugin=None,
+                           distributed_state=SimpleNamespace(distributed_type="DistributedType.MULTI_CPU"))  # fmt: skip
+    assert resume_state_files(str(tmp_path), {}, args) == ([] if save_only_model else ["optimizer.pt", "scheduler.pt"])
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    expected = ["pytorch_model_fsdp.bin"] + ([] if save_only_model else ["optimizer.bin", "scheduler.pt"])
+    assert resume_state_files(str(tmp_path), {"distributed_type": "DistributedType.FSDP"}, args) == expected
+
 @pytest.mark.parametrize("partitioned", ["is_fsdp_enabled", "is_deepspeed_enabled"])
 def test_the_lean_samplers_option_under_fsdp_or_deepspeed_is_one_line(partitioned):
     """Stock `generate` samples under FSDP and DeepSpeed (it keeps the ranks' gathers in step), so the lean sampler's
