@@ -4,6 +4,11 @@ writes `$OUT/gpu_check.json` (rewritten after every part, so a run stopped at it
 `$OUT/gpu_check.log` (every part's output). A part past its limit is stopped with every process it started. A `gpu` test
 skipped on a GPU fails its part (it checked nothing there). Exit status 0 when no part failed.
 
+Ctrl-C (SIGINT) or SIGTERM (what `timeout` sends) stops the parts running with every process they started, writes the
+report of the parts finished, marked `interrupted`, and exits with 128 + the signal's number. One check per OUT:
+`$OUT/gpu_check.lock` is held while a check runs (a second one into the same OUT is refused, one line, before any part
+runs), and an OUT that cannot be written, or a budget that is not a positive number of seconds, is refused likewise.
+
 Parts (default: all, in this order; the benchmark second, so that a budget cut leaves it measured):
 
     env            versions (python, torch, CUDA, the GPU, transformers against .ci/constraints.txt's pin, trl,
@@ -32,6 +37,7 @@ compiled variants compiled for the CPU (no CUDA graphs there), so every part's p
 
 import argparse
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -94,7 +100,59 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.jobs = 1 if args.cpu else len(PARTS)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, not {args.jobs}")
+    if not args.budget_s > 0:  # NaN too: it would skip every part and pass
+        parser.error(f"--budget-s must be a positive number of seconds (inf: no limit), not {args.budget_s}")
     return args
+
+
+LOCK_NAME = "gpu_check.lock"
+# gpu_check.sh takes OUT's lock before it installs anything (on this descriptor, which the driver inherits)
+LOCK_FD_ENV = "GPU_CHECK_LOCK_FD"
+
+
+class OutError(Exception):
+    """OUT cannot take this check's report: one line, before any part runs."""
+
+
+def hold_out(out: Path) -> int:
+    """Lock OUT for this check (`gpu_check.lock`, flock: released however the check ends, even killed) and return the
+    descriptor; two checks into one folder would overwrite each other's report, log and carried-wheel install. A
+    folder that cannot be written is an `OutError` too. The lock file stays, holding the last holder's pid."""
+    inherited = os.environ.get(LOCK_FD_ENV)
+    if inherited:
+        fd = int(inherited)
+    elif out.exists() and not out.is_dir():
+        raise OutError(f"OUT={out}: not a folder; set OUT to a folder of your own")
+    else:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(out / LOCK_NAME, flags, 0o644)
+        except OSError as error:
+            raise OutError(f"OUT={out}: cannot write there ({error.strerror}); set OUT to a folder of your own") \
+                from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ""
+        with contextlib.suppress(OSError):
+            holder = (out / LOCK_NAME).read_text().strip()
+        raise OutError(f"OUT={out} is in use by another GPU check (pid {holder or '?'}): its report and log would be "
+                       "overwritten; wait for it, or give this one another OUT") from None  # fmt: skip
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def take_lock(fd: int, out: str) -> int:
+    """`gpu_check.sh`'s first step: lock OUT on its descriptor `fd` (exit status 2 and one line when it is taken)."""
+    os.environ[LOCK_FD_ENV] = str(fd)
+    try:
+        hold_out(Path(out))
+    except OutError as error:
+        print(f"gpu_check: error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def pinned_versions() -> dict:
@@ -163,6 +221,8 @@ class Job:
     one block when it ends. The part's end is exported as `GPU_CHECK_DEADLINE` (epoch seconds): a test's own
     subprocess times out before it, and reports."""
 
+    running: set["Job"] = set()  # started and not yet stopped: what an interruption of the check stops
+
     def __init__(self, command: list[str], env: dict, timeout: float):
         self.command, self.start, wall_start = command, time.perf_counter(), time.time()
         self.deadline = self.start + timeout
@@ -171,6 +231,7 @@ class Job:
         env = dict(env, GPU_CHECK_DEADLINE=f"{math.floor((wall_start + timeout) * 1000) / 1000:.3f}")
         self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=self.stdout, stderr=self.stderr, text=True,
                                         start_new_session=True)  # fmt: skip
+        Job.running.add(self)
 
     def finish(self, log) -> tuple[int | None, str, float, str]:
         """(exit status or None at the limit, its output (stdout, then stderr), seconds, its stdout alone)."""
@@ -178,11 +239,16 @@ class Job:
             code = self.process.wait(timeout=max(self.deadline - time.perf_counter(), 0))
         except subprocess.TimeoutExpired:
             code = None
+        return self.stop(log, code, "stopped at its limit")
+
+    def stop(self, log, code: int | None = None, why: str = "stopped") -> tuple[int | None, str, float, str]:
+        """End the part's processes (`end_group`) and log its output: `finish`'s end, and an interruption's."""
         self.end_group()
+        Job.running.discard(self)
         seconds = time.perf_counter() - self.start
         stdout, stderr = (self.read(stream) for stream in (self.stdout, self.stderr))
         log.write(f"\n=== {' '.join(self.command)}\n{stdout}{stderr}\n")
-        log.write(f"=== {'exit ' + str(code) if code is not None else 'stopped at its limit'} after {seconds:.1f} s\n")
+        log.write(f"=== {'exit ' + str(code) if code is not None else why} after {seconds:.1f} s\n")
         log.flush()
         return code, stdout + stderr, seconds, stdout
 
@@ -368,6 +434,7 @@ def environments(args) -> tuple[dict, dict]:
     side, divide the cores between them; a benchmark runs alone, and its CPU work (the stand-in reward model both
     sides score with) gets every core."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    env.pop(LOCK_FD_ENV, None)  # the driver's: a part does not hold OUT's lock
     if args.cpu:
         env["MINIMIND_TEST_DEVICE"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -380,11 +447,64 @@ def environments(args) -> tuple[dict, dict]:
     return env, test_env
 
 
+class Interrupted(Exception):
+    """SIGINT or SIGTERM reached the driver: the check stops its running parts and reports what finished."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run_parts(args, report: dict, write, log, started: dict) -> None:
+    """Run the parts group by group, each result into `report` as it ends; `started` holds the current group's parts
+    that have begun (an interruption reports them as stopped)."""
+    env, test_env = environments(args)
+    start = time.perf_counter()
+    for group in side_by_side(args.parts, args.jobs):
+        elapsed, results, running = time.perf_counter() - start, {}, {}
+        for part in group:
+            what, gpu_seconds, cpu_seconds = PARTS[part]
+            guess = 0 if args.cpu else GPU_GUESS[part]
+            timeout = cpu_seconds if args.cpu else min(gpu_seconds, max(args.budget_s - elapsed, guess) + 30)
+            started[part] = time.perf_counter()
+            if elapsed + guess > args.budget_s:
+                results[part] = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes "
+                                 f"~{guess} s of the {args.budget_s:.0f} s budget; run it in a call of its own"}
+            elif runs_tests(part):
+                running[part] = TestPart(what, test_env, timeout, gpu=not args.cpu)
+            elif part == "env":
+                results[part] = env_part(args, env, timeout, log)
+            else:
+                results[part] = bench_part(args, what, env, timeout, log)
+        for part in group:
+            result = results[part] if part in results else running[part].report(log)
+            report["parts"][part] = result
+            started.pop(part)
+            print(f"{part:<14} {result['status']:<18} {result.get('seconds', 0):7.1f} s  "
+                  f"{result.get('reason') or result.get('error') or ''}"[:400], flush=True)  # fmt: skip
+            write()
+
+
+def stop_interrupted(report: dict, started: dict, signum: int, log) -> None:
+    """After SIGINT/SIGTERM: stop every part still running with what it started, and mark the report."""
+    for job in list(Job.running):
+        job.stop(log, why=f"stopped: the check was interrupted ({signal.Signals(signum).name})")
+    for part, began in started.items():
+        report["parts"][part] = {"status": "interrupted", "seconds": round(time.perf_counter() - began, 1)}
+    report["interrupted"] = {"signal": signal.Signals(signum).name, "stopped": list(started),
+                             "not_run": [part for part in report["parts_asked"] if part not in report["parts"]]}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    env, test_env = environments(args)
     report = {"form": "cpu" if args.cpu else "gpu", "parts_asked": args.parts, "budget_s": args.budget_s,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}  # fmt: skip
     report["jobs"] = args.jobs
@@ -395,31 +515,46 @@ def main(argv=None) -> int:
         report["seconds"] = round(time.perf_counter() - start, 1)
         report_path.write_text(json.dumps(report, indent=1))
 
-    with open(log_path, "w") as log:
-        for group in side_by_side(args.parts, args.jobs):
-            elapsed, results, running = time.perf_counter() - start, {}, {}
-            for part in group:
-                what, gpu_seconds, cpu_seconds = PARTS[part]
-                guess = 0 if args.cpu else GPU_GUESS[part]
-                timeout = cpu_seconds if args.cpu else min(gpu_seconds, max(args.budget_s - elapsed, guess) + 30)
-                if elapsed + guess > args.budget_s:
-                    results[part] = {"status": "skipped", "reason": f"budget: {elapsed:.0f} s spent, the part takes "
-                                     f"~{guess} s of the {args.budget_s:.0f} s budget; run it in a call of its own"}
-                elif runs_tests(part):
-                    running[part] = TestPart(what, test_env, timeout, gpu=not args.cpu)
-                elif part == "env":
-                    results[part] = env_part(args, env, timeout, log)
-                else:
-                    results[part] = bench_part(args, what, env, timeout, log)
-            for part in group:
-                result = results[part] if part in results else running[part].report(log)
-                report["parts"][part] = result
-                print(f"{part:<14} {result['status']:<18} {result.get('seconds', 0):7.1f} s  "
-                      f"{result.get('reason') or result.get('error') or ''}"[:400], flush=True)  # fmt: skip
-                write()
+    try:
+        lock = hold_out(out)
+    except OutError as error:
+        print(f"gpu_check: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        write()  # before any part: a report that cannot be written stops the check now, not after a part's minutes
+        log = open(log_path, "w")
+    except OSError as error:
+        os.close(lock)
+        print(f"gpu_check: error: OUT={out}: cannot write {error.filename} ({error.strerror})", file=sys.stderr)
+        return 2
+    started: dict[str, float] = {}
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    interrupted = None
+    try:
+        with log:
+            try:
+                run_parts(args, report, write, log, started)
+            except Interrupted as signalled:
+                for sig in STOP_SIGNALS:  # a second Ctrl-C must not cut the stopping short
+                    signal.signal(sig, signal.SIG_IGN)
+                interrupted = signalled
+                stop_interrupted(report, started, signalled.signum, log)
+            finally:
+                for job in list(Job.running):  # whatever else ended the driver: no part outlives it
+                    job.stop(log)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(lock)
     failed = [part for part, r in report["parts"].items() if r["status"] in ("failed", "timeout")]
     report["failed"] = failed
     write()
+    if interrupted is not None:
+        finished = [part for part, r in report["parts"].items() if r["status"] != "interrupted"]
+        stopped = report["interrupted"]["stopped"]
+        print(f"gpu_check: interrupted by {interrupted}; stopped {', '.join(stopped) or 'no part'}; finished: "
+              f"{', '.join(finished) or 'none'}; report {report_path}, log {log_path}", file=sys.stderr)  # fmt: skip
+        return 128 + interrupted.signum
     print(f"gpu_check: {len(report['parts']) - len(failed)} of {len(report['parts'])} parts passed or skipped "
           f"in {report['seconds']} s; report {report_path}, log {log_path}")  # fmt: skip
     return 1 if failed else 0

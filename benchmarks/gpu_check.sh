@@ -5,7 +5,9 @@
 #
 # Parts (default all, in this order): env bench precision logprobs zero fsdp qlora lora resume agent bench_compile
 # (benchmarks/gpu_check.py --help says what each runs). Writes $OUT/gpu_check.json (the report, rewritten after each
-# part) and $OUT/gpu_check.log (every part's output); OUT defaults to ./gpu_check_out. Needs no network.
+# part) and $OUT/gpu_check.log (every part's output); OUT defaults to ./gpu_check_out. Needs no network. One check per
+# OUT ($OUT/gpu_check.lock; a second is refused). Ctrl-C or SIGTERM stops the running parts with what they started and
+# leaves the report of the parts finished, marked interrupted (exit 130 / 143).
 #
 # On a lent GPU: the wheels the machine lacks travel in .gpu-wheels/ (made here, with PyPI, by
 # `bash benchmarks/gpu_wheels.sh`) and are installed there with --no-deps into a folder put first on PYTHONPATH; the
@@ -27,7 +29,18 @@ case " $* " in
         exec "$python" benchmarks/gpu_check.py --help ;;
 esac
 export OUT="${OUT:-$repo/gpu_check_out}"
-mkdir -p "$OUT"
+# OUT must be a folder this check can write, and no other check's: its lock (gpu_check.lock) is taken on descriptor 9,
+# which the driver inherits and holds until it ends, however it ends; taken first, before the wheels' install folder
+# is emptied. One line and exit 2 otherwise.
+if ! mkdir -p "$OUT" 2> /dev/null || [ -L "$OUT/gpu_check.lock" ] || ! true 2> /dev/null >> "$OUT/gpu_check.lock"; then
+    echo "gpu_check: error: OUT=$OUT: cannot write there (a file, a read-only folder or a link in the way);" \
+        "set OUT to a folder of your own" >&2
+    exit 2
+fi
+exec 9>> "$OUT/gpu_check.lock"
+"$python" -c 'import sys; sys.path.insert(0, "benchmarks"); import gpu_check; sys.exit(gpu_check.take_lock(9, sys.argv[1]))' \
+    "$OUT" || exit 2
+export GPU_CHECK_LOCK_FD=9
 cpu=0 carried=0 args=()
 for arg in "$@"; do
     case "$arg" in

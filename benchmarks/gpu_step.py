@@ -245,7 +245,7 @@ def run_ours(args, workdir: Path, variant: str) -> dict:
     from transformers import TrainerCallback
 
     from minimind_trl.rewards import RewardModelReward, format_reward, tag_count_reward
-    from minimind_trl.scorers import InternLM2Scorer
+    from minimind_trl.rewards import InternLM2Scorer
     from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
     tokenizer, reward_model, reward_tokenizer, conversations = load_shared(workdir)

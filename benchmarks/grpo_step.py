@@ -448,7 +448,7 @@ def run_ours(args, workdir: Path, stock: bool = False) -> dict:
     from datasets import Dataset
 
     from minimind_trl.rewards import RewardModelReward, format_reward, tag_count_reward
-    from minimind_trl.scorers import InternLM2Scorer
+    from minimind_trl.rewards import InternLM2Scorer
     from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
     tokenizer, reward_model, reward_tokenizer, conversations = load_shared(workdir)

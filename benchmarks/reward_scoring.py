@@ -24,7 +24,7 @@ import torch
 
 from minimind_trl.models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer
 from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
-from minimind_trl.scorers import InternLM2Scorer
+from minimind_trl.rewards import InternLM2Scorer
 
 WORDS = (
     "the capital of France is Paris because the river Seine flows through it and people live there "

@@ -26,7 +26,6 @@ from .models.minimind import (
     MiniMindPreTrainedModel,
 )
 from .models.minimind.peft_defaults import register_peft_defaults
-from . import moved_modules
 from .models.minimind.modeling_minimind import (
     MiniMindForQuestionAnswering,
     MiniMindForSequenceClassification,
@@ -47,8 +46,6 @@ _AUTO_CLASSES = {
     "AutoModelForTokenClassification": (AutoModelForTokenClassification, MiniMindForTokenClassification),
     "AutoModelForQuestionAnswering": (AutoModelForQuestionAnswering, MiniMindForQuestionAnswering),
 }
-
-moved_modules.install()  # former module names (an earlier layout) still import, with a DeprecationWarning
 
 AutoConfig.register("minimind", MiniMindConfig, exist_ok=True)
 register_peft_defaults()

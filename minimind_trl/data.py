@@ -31,7 +31,7 @@ from typing import Any
 
 import datasets
 
-from .errors import RLAIFDataError
+from .errors import DatasetSplitError, RLAIFDataError
 
 logger = logging.getLogger(__name__)
 
@@ -135,33 +135,60 @@ def dataset_records(dataset: datasets.Dataset, source: str) -> Iterator[tuple[st
             yield where, record
 
 
-def _load_with_datasets(path: Path, source: str, split: str, data_files, revision) -> tuple[datasets.Dataset, str]:
-    """A saved dataset, a data folder or a Hub dataset, read by `datasets`; whatever `datasets` raises (a
-    missing repo, offline mode, a missing split) becomes an `RLAIFDataError` naming the source."""
+FILE_SPLIT = "train"  # the one split `datasets` gives a data file (and a dataset saved without splits) has
+
+
+def check_split(source: str, split: str | None, splits) -> str:
+    """`split`, or the source's only split when `split` is None; a `DatasetSplitError` naming the source and the
+    splits it has when it has no such split (or None is asked of several)."""
+    splits = list(splits)
+    if split is None and len(splits) == 1:
+        return splits[0]
+    if split not in splits:
+        asked = f"no split {split!r}" if split is not None else "several splits"
+        raise DatasetSplitError(f"{source} has {asked} (its splits: {', '.join(splits) or 'none'})")
+    return split
+
+
+def has_one_split(path_or_hub_name: str | os.PathLike) -> bool:
+    """Whether the source is one data file or a dataset saved without splits: its rows are its only split."""
+    path = Path(path_or_hub_name).expanduser()
+    return path.is_file() or (path / "state.json").is_file()
+
+
+def _load_with_datasets(path: Path, source: str, split, data_files, revision) -> tuple[datasets.Dataset, str]:
+    """A saved dataset, a data folder or a Hub dataset, read by `datasets`; a split it lacks is a
+    `DatasetSplitError` listing those it has, whatever else `datasets` raises (a missing repo, offline mode) an
+    `RLAIFDataError` naming the source."""
+    saved_without_splits = path.is_dir() and (path / "state.json").is_file()
+    if saved_without_splits:
+        check_split(source, split, [FILE_SPLIT])
     try:
-        if path.is_dir() and (path / "state.json").is_file():
+        if saved_without_splits:
             return datasets.load_from_disk(str(path)), source
         if path.is_dir() and (path / "dataset_dict.json").is_file():
-            return datasets.load_from_disk(str(path))[split], f"{source} [{split}]"
-        # A local folder is read afresh: `datasets` keys its cache on the files' paths and mtimes, so a file edited
-        # with its mtime restored (a copy, a checkout) would give the old rows, and the data fingerprint with them.
-        fresh = datasets.DownloadMode.FORCE_REDOWNLOAD if path.is_dir() else None
-        dataset = datasets.load_dataset(
-            source, data_files=data_files, split=split, revision=revision, download_mode=fresh
-        )
+            splits = datasets.load_from_disk(str(path))
+        else:
+            # A local folder is read afresh: `datasets` keys its cache on the files' paths and mtimes, so a file edited
+            # with its mtime restored (a copy, a checkout) would give the old rows, and the data fingerprint with them.
+            fresh = datasets.DownloadMode.FORCE_REDOWNLOAD if path.is_dir() else None
+            splits = datasets.load_dataset(source, data_files=data_files, revision=revision, download_mode=fresh)
     except Exception as error:  # noqa: BLE001 - datasets raises many unrelated types (ConnectionError, ...)
         raise RLAIFDataError(f"{source}: cannot load the dataset ({type(error).__name__}: {error})") from error
-    return dataset, f"{source} [{split}]"
+    split = check_split(source, split, splits)
+    return splits[split], f"{source} [{split}]"
 
 
 def read_records(
-    path_or_hub_name: str | os.PathLike, split: str, data_files, revision
+    path_or_hub_name: str | os.PathLike, split: str | None, data_files, revision
 ) -> tuple[Iterable[tuple[str, Mapping | RLAIFDataError]], str]:
     """The records of a local JSON-lines file (errors name the line) or of whatever `datasets` loads (a saved
-    dataset, a data folder, a Hub dataset; errors name the row), and the source's name for messages."""
+    dataset, a data folder, a Hub dataset; errors name the row), and the source's name for messages. `split` is
+    checked against the source's splits (a file has one, `FILE_SPLIT`); None reads a source's only split."""
     path = Path(path_or_hub_name).expanduser()
     source = str(path_or_hub_name)
     if path.is_file():
+        check_split(source, split, [FILE_SPLIT])
         return jsonl_records(path), source
     return dataset_records(*_load_with_datasets(path, source, split, data_files, revision)), source
 
@@ -195,7 +222,7 @@ def collect_rows(
 def load_rlaif_dataset(
     path_or_hub_name: str | os.PathLike,
     *,
-    split: str = "train",
+    split: str | None = "train",
     data_files: str | list[str] | None = None,
     revision: str | None = None,
     roles: str = "position",
@@ -209,7 +236,9 @@ def load_rlaif_dataset(
             `Dataset.save_to_disk`, a local data folder, or a Hub dataset name (both read with
             `datasets.load_dataset`; errors name the row), e.g. `"jingyaogong/minimind_dataset"` with
             `data_files="rlaif-mini.jsonl"`.
-        split: split to read from folders and Hub datasets.
+        split: the split to read: a file (or a dataset saved without splits) has one, `"train"` as `datasets`
+            names it; a folder or Hub dataset has those `datasets` finds (`train.jsonl` and `test.jsonl` are two).
+            None reads the source's only split.
         data_files: passed to `datasets.load_dataset` (which file(s) of a folder or Hub repo).
         revision: Hub revision.
         roles: `"position"` (upstream: user, assistant, user, ...) or `"data"` (each turn's `role` field).
@@ -221,7 +250,8 @@ def load_rlaif_dataset(
     Raises:
         RLAIFDataError: a malformed line, a row without `conversations`, an empty or one-turn conversation, a
             turn without string `content` (naming the file and line, or the row); a `.json` file holding a JSON
-            array instead of JSON Lines; a source `datasets` cannot load (naming it).
+            array instead of JSON Lines; a source `datasets` cannot load (naming it); `DatasetSplitError`, a
+            subclass, for a split the source does not have (naming those it has).
     """
     if roles not in ROLE_MODES:
         raise ValueError(f"roles must be one of {ROLE_MODES}, got {roles!r}")
@@ -238,10 +268,14 @@ def load_rlaif_dataset(
 
 
 __all__ = [
+    "FILE_SPLIT",
+    "DatasetSplitError",
     "RLAIFDataError",
+    "check_split",
     "collect_rows",
     "conversation_to_row",
     "dataset_records",
+    "has_one_split",
     "jsonl_records",
     "load_rlaif_dataset",
     "read_records",

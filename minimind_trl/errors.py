@@ -3,9 +3,12 @@
 Every such error derives from `MiniMindTRLError` (a `ValueError`, so existing `except ValueError` code keeps
 working). The `minimind-trl` command catches it once, prints `minimind-trl <command>: error: <message>` and
 exits with 2, argparse's code for a usage error; anything else is a bug and keeps its traceback.
+`minimind-trl grpo` exits with 3 when training finished and every local output was written but a push to the Hub
+failed (`PUSH_FAILED_EXIT_CODE`; the failures are listed on stderr).
 """
 
 USER_ERROR_EXIT_CODE = 2
+PUSH_FAILED_EXIT_CODE = 3
 
 
 class MiniMindTRLError(ValueError):
@@ -22,6 +25,11 @@ class ModelSourceError(MiniMindTRLError):
 
 class RLAIFDataError(MiniMindTRLError):
     """RLAIF data that cannot be turned into prompts; the message names the file and line (or row)."""
+
+
+class DatasetSplitError(RLAIFDataError):
+    """A split a data source does not have; the message names the source and the splits it has (the command adds
+    the key that asked for it: `dataset_train_split`, `dataset_test_split`)."""
 
 
 class AgentDataError(RLAIFDataError):
@@ -58,6 +66,10 @@ class PushCheckError(MiniMindTRLError):
     """A folder that would reach the Hub without what people need to load it."""
 
 
+class HubError(MiniMindTRLError):
+    """The Hugging Face Hub cannot be reached or refuses the repository; the message names the Hub and what to do."""
+
+
 class ConversionError(MiniMindTRLError):
     """A checkpoint, option or output path that cannot be converted; the message says which and why."""
 
@@ -79,12 +91,15 @@ class VLLMModelError(MiniMindTRLError):
 
 
 __all__ = [
+    "PUSH_FAILED_EXIT_CODE",
     "USER_ERROR_EXIT_CODE",
     "AgentDataError",
     "ConversionError",
+    "DatasetSplitError",
     "DemoError",
     "ExportError",
     "ExtensionError",
+    "HubError",
     "MergeError",
     "MiniMindTRLError",
     "ModelSourceError",

@@ -69,7 +69,7 @@ class Generation:
 @dataclass(frozen=True)
 class RunPrecision:
     """The precision a run trains in, on the device it runs on; `chosen_for_cpu`: `bf16` was left unset and the
-    CPU's own choice made it (`trainer.cpu_precision`), as a device's kind makes it for upstream's loop."""
+    CPU's own choice made it (`trainer.speed.cpu_precision`), as a device's kind makes it for upstream's loop."""
 
     dtype: str  # "bf16", "fp16" or "fp32"
     on_cpu: bool

@@ -13,7 +13,8 @@ from .cli.recipe import parse_args, parse_recipe
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`minimind-trl grpo ARGV`: exit code 0, or 2 with one error line for bad input."""
+    """`minimind-trl grpo ARGV`: exit code 0, 2 with one error line for bad input, or 3 when training and its local
+    outputs are complete but a push to the Hub failed (`errors.PUSH_FAILED_EXIT_CODE`)."""
     return run_command("grpo", list(sys.argv[1:] if argv is None else argv))
 
 

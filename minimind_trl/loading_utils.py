@@ -11,6 +11,7 @@ import re
 import shutil
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -236,24 +237,95 @@ def looks_local(name: str, file_suffixes: tuple[str, ...] = ()) -> bool:
     )
 
 
+def is_import_spec(value: str) -> bool:
+    """Whether a recipe value names something to import (`package.module:function`, `package.module.function`)
+    rather than a registered name: it holds a `:` or a `.`."""
+    return ":" in value or "." in value
+
+
+def _spec_problem(spec: str, module_name: str, attr: str) -> str | None:
+    """What makes `spec` no Python import path, or None. A module is named as `import` names it (dotted Python
+    names, from an importable root), never as a file or relative to one: `importlib` would raise a `TypeError`
+    for `.mod` and look up `mod/x` as a module literally called so."""
+    if spec.count(":") > 1:
+        return "more than one ':'"
+    if "/" in spec or "\\" in spec or module_name.endswith(".py") or spec.endswith(".py"):
+        return "a file path, not a module name (pkg/mod.py is imported as pkg.mod)"
+    if module_name.startswith("."):
+        return "a relative module name (there is no package it could be relative to)"
+    if not module_name or not attr:
+        return "the module or the name in it is missing"
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        return f"{module_name!r} is not a dotted Python module name"
+    if not attr.isidentifier():
+        return f"{attr!r} is not a Python name"
+    return None
+
+
+def _where_it_raised(exc: BaseException) -> str:
+    """`file, line N` of the innermost frame the exception passed through, or ''."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({os.path.basename(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
+
+
+def _raised(exc: BaseException, doing: str) -> str:
+    """One line saying how `doing` ended: a `sys.exit`, an interrupt or an exception with its message."""
+    if isinstance(exc, SystemExit):
+        return f"{doing} called sys.exit({exc.code!r}){_where_it_raised(exc)}"
+    if isinstance(exc, KeyboardInterrupt):
+        return f"{doing} was interrupted by KeyboardInterrupt{_where_it_raised(exc)}"
+    message = " ".join(str(exc).split())
+    return f"{doing} raised {type(exc).__name__}{_where_it_raised(exc)}{': ' + message if message else ''}"
+
+
+def _same_name_elsewhere(module_name: str, missing: str | None) -> str:
+    """` (did you mean 'pkg.b.mod'?)` when `module_name` itself is missing (not a module it imports) but its top
+    package, already imported, holds a module of that last name elsewhere: the usual mistake after a layout change."""
+    top, _, rest = module_name.partition(".")
+    package = sys.modules.get(top)
+    if not rest or not missing or not (module_name + ".").startswith(missing + "."):
+        return ""
+    leaf = module_name.rpartition(".")[2]
+    found = []
+    for root in getattr(package, "__path__", ()):
+        for path in sorted(Path(root).rglob(f"{leaf}.py")):
+            parts = (top, *path.relative_to(root).with_suffix("").parts)
+            if all(part.isidentifier() for part in parts):
+                found.append(".".join(parts))
+    return f" (did you mean {' or '.join(repr(name) for name in found[:3])}?)" if found else ""
+
+
 def import_object(spec: str, what: str, error: type[Exception] = MiniMindTRLError, form: str = "package.module:name"):
-    """`package.module:name` (or `package.module.name`) -> the object; the working directory is importable, as
-    in TRL's scripts; a moved module's old name resolves to its new one (`minimind_trl.moved_modules`). Errors name `what`
-    (e.g. "reward function") and the spec."""
+    """`package.module:name` (or `package.module.name`) -> the object. The one resolver of every name a recipe gives
+    as an import path (rewards, losses, estimators, aggregations, tools, callbacks); the working directory is
+    importable, as in TRL's scripts. Whatever goes wrong (a path or relative name, a module that is missing, that
+    raises or calls `sys.exit` at import, a missing name) is one `error` line naming `what` (the recipe key) and
+    the spec."""
+    if not isinstance(spec, str):
+        raise error(f"{what} {spec!r}: expected a string {form!r}")
     module_name, sep, attr = spec.partition(":")
     if not sep:
         module_name, _, attr = spec.rpartition(".")
-    if not module_name or not attr:
-        raise error(f"{what} {spec!r}: expected {form!r}")
+    problem = _spec_problem(spec, module_name, attr)
+    if problem:
+        raise error(f"{what} {spec!r}: {problem}; expected {form!r}, a module importable from here")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise error(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}") from exc
-    if not hasattr(module, attr):
-        raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}")
-    return getattr(module, attr)
+        hint = _same_name_elsewhere(module_name, getattr(exc, "name", None))
+        raise error(f"{what} {spec!r}: cannot import module {module_name!r}: {exc}{hint}") from exc
+    except MiniMindTRLError as exc:  # the module's own registration refused it (a name registered twice)
+        raise error(f"{what} {spec!r}: {exc}") from exc
+    except BaseException as exc:  # noqa: B036  (its sys.exit or interrupt included: the recipe's mistake, one line)
+        raise error(f"{what} {spec!r}: {_raised(exc, f'importing module {module_name!r}')}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    except BaseException as exc:  # noqa: B036  (a module `__getattr__` that raises)
+        raise error(f"{what} {spec!r}: {_raised(exc, f'looking up {attr!r} in module {module_name!r}')}") from exc
 
 
 def import_function(
@@ -277,8 +349,8 @@ __all__ = [
     "check_state_dict_matches",
     "import_function",
     "import_object",
+    "is_import_spec",
     "looks_local",
-    "moved_module",
     "loading_info_problems",
     "preview",
     "resolve_dtype",

@@ -99,6 +99,26 @@ def tiny_recipe(tmp_path: Path, policy: Path, data: Path, **overrides) -> Path:
     return path
 
 
+# Holds the output folder's lock (as a running `minimind-trl grpo` or demo does) until its stdin closes.
+HOLD_LOCK = """
+import sys
+from minimind_trl.trainer.outputs.run_lock import output_dir_lock
+with output_dir_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def hold_lock(folder):
+    """A second process holding `folder`'s run lock (it prints `locked` once it holds it, and lets go at stdin's end)."""
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=subprocess_env(),
+    )  # fmt: skip
+
+
 def subprocess_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
@@ -189,6 +209,26 @@ class RankProbe(TrainerCallback):
         with torch.no_grad():
             local = [_local_shard(p) for p in model.parameters()]
             _probe("final", checksum=float(sum(t.double().abs().sum() for t in local)), step=state.global_step)
+
+
+_LEFT_OPEN = {}  # module globals, as a Hub upload pool or a module-level logger keeps them: alive to the process's end
+
+
+class LeftOpen(TrainerCallback):
+    """Leaves, on every rank, a thread pool with an idle worker and a log file open (`left-open-rank<R>.log` in the
+    probe folder, one line per step): a launched process must still end, with the log's lines
+    (`cli.process_exit`)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        _LEFT_OPEN["pool"] = ThreadPoolExecutor(2)
+        _LEFT_OPEN["pool"].submit(sum, [1, 2]).result()  # its worker now waits for the next task
+        folder = os.environ[PROBE_DIR_ENV]
+        _LEFT_OPEN["log"] = open(os.path.join(folder, f"left-open-rank{_rank()}.log"), "w", encoding="utf-8")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        _LEFT_OPEN["log"].write(f"step {state.global_step}\n")  # buffered: only a close writes it
 
 
 # --------------------------------------------------------------------------- agent rows, agent rollouts on a random policy

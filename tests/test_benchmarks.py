@@ -331,3 +331,13 @@ def test_vllm_rollouts_lean_side_runs_and_reports(capsys):
                                   "--new-tokens", "4", "--repeats", "1"])  # fmt: skip
     assert summary["rollouts_per_round"] == 2 and summary["lean_rollouts_per_s"] > 0 and summary["lean_decode_kernel"]
     assert "vllm_rollouts_per_s" not in summary and _last_json_line(capsys.readouterr().out) == summary
+
+
+def test_tool_call_parsing_prints_its_figures(capsys):
+    import tool_call_parsing
+
+    figures = tool_call_parsing.main(["--tags", "10", "100", "--upstream-max", "10"])
+    assert set(figures) == {10, 100} and figures[100]["upstream_regex_s"] is None
+    assert figures[10]["upstream_regex_s"] > 0 and figures[100]["characters"] == 100 * figures[10]["characters"] // 10
+    out = capsys.readouterr().out
+    assert "100 unclosed tags" in out and _last_json_line(out)["10"]["parse_tool_calls_s"] > 0

@@ -4,6 +4,7 @@ the side-by-side benchmark at tiny sizes, its compiled variants included. No tim
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -115,7 +116,8 @@ def test_a_failing_part_and_a_part_over_budget_are_reported(tmp_path, monkeypatc
     part = report["parts"]["precision"]
     assert part["status"] == "failed" and part["counts"]["failed"] == 1 and report["failed"] == ["precision"]
     assert any("test_fails" in line for line in part["error"])
-    assert gpu_check.main(["--cpu", "--out", str(out), "--budget-s", "0", "zero"]) == 0
+    # a budget spent by the first part: the next is skipped, and said so
+    assert gpu_check.main(["--cpu", "--out", str(out), "--budget-s", "0.001", "precision", "zero"]) == 1
     part = json.loads((out / "gpu_check.json").read_text())["parts"]["zero"]
     assert part["status"] == "skipped" and part["reason"].startswith("budget")
 
@@ -161,6 +163,143 @@ def test_a_part_past_its_limit_is_stopped_with_every_process_it_started(tmp_path
     assert began + 24 < float(deadline) < time.time()
     assert gone(int(pid)), f"the part's own child {pid} outlived the part"
     assert gone(int(launcher_pid)), f"the part's child in a session of its own, {launcher_pid}, outlived the part"
+
+
+PASSES = """import pytest
+pytestmark = pytest.mark.gpu
+
+def test_passes():
+    pass
+"""
+# the check run as `gpu_check.sh` runs its driver, with two parts of its own: one that passes, one that hangs
+DRIVER = """import sys
+sys.path.insert(0, sys.argv[1])
+import gpu_check
+gpu_check.PARTS.update(precision=([sys.argv[2]], 120, 120), lora=([sys.argv[3]], 120, 120))
+sys.exit(gpu_check.main(["--cpu", "--out", sys.argv[4], "precision", "lora", "resume"]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_check_stops_its_part_and_says_so_in_its_report(tmp_path, sig):
+    """Ctrl-C (SIGINT) or `timeout`'s SIGTERM stops the running part with every process it started (its own session
+    and strays, as at its limit), writes a report marked interrupted that lists the parts finished, and exits with
+    128 + the signal's number; the log says which part was stopped."""
+    (tmp_path / "test_passes.py").write_text(PASSES)
+    (tmp_path / "test_hangs.py").write_text(HANGS)
+    out, pid_file = tmp_path / "out", tmp_path / "pid"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(REPO / "benchmarks"), str(tmp_path / "test_passes.py"),
+         str(tmp_path / "test_hangs.py"), str(out)],
+        cwd=REPO, env=dict(os.environ, PID_FILE=str(pid_file)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        until = time.monotonic() + 240
+        while not pid_file.exists() or len(pid_file.read_text().split()) < 3:  # the hanging part's children started
+            assert driver.poll() is None and time.monotonic() < until, driver.communicate()
+            time.sleep(0.2)
+        driver.send_signal(sig)
+        stdout, stderr = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    assert driver.returncode == 128 + sig, stdout + stderr
+    assert "Traceback" not in stderr
+    assert f"gpu_check: interrupted by {sig.name}; stopped lora; finished: precision" in stderr
+    pid, launcher_pid, _ = pid_file.read_text().split()
+    assert gone(int(pid)) and gone(int(launcher_pid)), "a process of the interrupted part outlived the check"
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["interrupted"] == {"signal": sig.name, "stopped": ["lora"], "not_run": ["resume"]}
+    assert [(part, result["status"]) for part, result in report["parts"].items()] == [
+        ("precision", "passed"), ("lora", "interrupted")]
+    assert f"stopped: the check was interrupted ({sig.name})" in (out / "gpu_check.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["--budget-s", "-1"], "--budget-s must be a positive number of seconds (inf: no limit), not -1.0"),
+        (["--budget-s", "0"], "--budget-s must be a positive number of seconds"),
+        (["--budget-s", "nan"], "--budget-s must be a positive number of seconds (inf: no limit), not nan"),
+        (["--budget-s", "soon"], "argument --budget-s: invalid float value: 'soon'"),
+        (["--jobs", "0"], "--jobs must be at least 1"),
+    ],
+)
+def test_a_budget_that_is_no_positive_number_is_refused(argv, problem, capsys):
+    """`--budget-s -1` skipped every part and passed: a check that checked nothing."""
+    import gpu_check
+
+    with pytest.raises(SystemExit) as ended:
+        gpu_check.parse_args(argv)
+    assert ended.value.code == 2 and problem in capsys.readouterr().err
+    assert gpu_check.parse_args(["--budget-s", "inf"]).budget_s == float("inf")
+
+
+def unwritable_outs(tmp_path: Path) -> dict:
+    """OUT folders no check can write its report into, as the paths they are given by."""
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "report_is_a_folder" / "gpu_check.json").mkdir(parents=True)
+    (tmp_path / "log_is_a_folder" / "gpu_check.log").mkdir(parents=True)
+    (tmp_path / "lock_is_a_link").mkdir()
+    (tmp_path / "lock_is_a_link" / "gpu_check.lock").symlink_to(tmp_path / "a_file")
+    return {
+        "a_file": "not a folder",
+        "a_file/below": "cannot write there",
+        "report_is_a_folder": "cannot write",
+        "log_is_a_folder": "cannot write",
+        "lock_is_a_link": "cannot write there",
+    }
+
+
+def test_an_out_that_cannot_be_written_is_one_line_before_any_part(tmp_path, capsys):
+    import gpu_check
+
+    for name, problem in unwritable_outs(tmp_path).items():
+        assert gpu_check.main(["--cpu", "--out", str(tmp_path / name), "env"]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith(f"gpu_check: error: OUT={tmp_path / name}") and problem in err, (name, err)
+        assert len(err.strip().splitlines()) == 1
+    assert (tmp_path / "a_file").read_text() == "x"  # the link was not followed
+    assert not (tmp_path / "report_is_a_folder" / "gpu_check.log").exists()  # no part ran
+
+
+def test_the_script_refuses_an_unwritable_out_before_installing_anything(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    env = dict(os.environ, OUT=str(tmp_path / "a_file"), PYTHON=sys.executable)
+    result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--cpu", "env"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"gpu_check: error: OUT={tmp_path / 'a_file'}: cannot write there")
+
+
+def test_a_second_check_into_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
+    """Two checks into one OUT would overwrite each other's report and log (and the script's wheel install): the one
+    that comes second is refused, by the script before it installs anything and by the driver; the lock goes with the
+    check that held it, however that ended."""
+    import gpu_check
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, pathlib; sys.path.insert(0, sys.argv[1]); import gpu_check; "
+         "gpu_check.hold_out(pathlib.Path(sys.argv[2])); print('held', flush=True); sys.stdin.read()",
+         str(REPO / "benchmarks"), str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert gpu_check.main(["--cpu", "--out", str(out), "env"]) == 2
+        assert f"OUT={out} is in use by another GPU check (pid {holder.pid})" in capsys.readouterr().err
+        env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
+        result = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--cpu", "env"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 2 and f"is in use by another GPU check (pid {holder.pid})" in result.stderr
+        assert result.stdout == ""  # refused before anything was installed or imported
+        assert not (out / "gpu_check.json").exists()
+    finally:
+        holder.kill()  # killed, not ended: the lock goes with it
+        holder.wait()
+    fd = gpu_check.hold_out(out)
+    os.close(fd)
 
 
 SKIPS = """import pytest

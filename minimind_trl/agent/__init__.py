@@ -23,7 +23,7 @@ from .data import (
     sample_tools,
     tool_names,
 )
-from .parsing import answer_tool_calls, call_name_and_arguments, parse_tool_calls, split_turn, turn_answer
+from .parsing import answer_tool_calls, parse_tool_calls, read_call, split_turn, tool_call_values, turn_answer
 from .reward import TERMS, AgentReward, transcript_terms, verified_gt
 from .rollout import AgentRollout, observation_ids, pack_rollout
 from .tool_process import ToolHarnessError
@@ -51,7 +51,6 @@ __all__ = [
     "ToolOutcome",
     "Toolbox",
     "answer_tool_calls",
-    "call_name_and_arguments",
     "decode_gt",
     "decode_tools",
     "load_agent_dataset",
@@ -62,9 +61,11 @@ __all__ = [
     "parse_tool_calls",
     "prompt_messages",
     "prompt_tools",
+    "read_call",
     "sample_gt",
     "sample_tools",
     "split_turn",
+    "tool_call_values",
     "tool_from_function",
     "tool_names",
     "transcript_terms",

@@ -150,7 +150,7 @@ def agent_row(record: Mapping, where: str) -> dict:
 def load_agent_dataset(
     path_or_hub_name: str | os.PathLike,
     *,
-    split: str = "train",
+    split: str | None = "train",
     data_files: str | list[str] | None = None,
     revision: str | None = None,
     skip_bad_rows: bool = False,
@@ -236,14 +236,19 @@ def prompt_tools(prompt: Sequence[Mapping]) -> list[dict] | None:
     return tools
 
 
-def tool_names(tools: Sequence[Mapping] | None) -> set[str]:
-    """The names of a sample's tools (the reward's `valid_names`); entries without `function.name` name nothing."""
-    names = set()
+def named_schemas(tools: Sequence[Mapping] | None) -> list[tuple[str, Mapping]]:
+    """`(function.name, schema)` of each of a sample's tools; entries without a string `function.name` name nothing."""
+    named = []
     for tool in tools or ():
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if isinstance(function, Mapping) and isinstance(function.get("name"), str):
-            names.add(function["name"])
-    return names
+            named.append((function["name"], tool))
+    return named
+
+
+def tool_names(tools: Sequence[Mapping] | None) -> set[str]:
+    """The names of a sample's tools (the reward's `valid_names`); entries without `function.name` name nothing."""
+    return {name for name, _ in named_schemas(tools)}
 
 
 __all__ = [
@@ -256,6 +261,7 @@ __all__ = [
     "decode_gt",
     "decode_tools",
     "load_agent_dataset",
+    "named_schemas",
     "prompt_messages",
     "prompt_tools",
     "sample_gt",

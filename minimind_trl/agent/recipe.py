@@ -7,11 +7,11 @@ own. Here: the combinations with the trainer's settings, and the tokenizer's tem
 
 import logging
 
-from ..errors import RecipeError
+from ..errors import AgentDataError, RecipeError
 from ..prompt_rendering import OPEN_THINKING_KWARG
-from .data import decode_tools, tool_names
+from .data import check_tools, decode_tools
 from .rollout import DEFAULT_MAX_TOOL_OUTPUT, AgentRollout, observation_ids, render_text
-from .tools import recipe_toolbox
+from .tools import recipe_toolbox, schema_difference
 
 logger = logging.getLogger(__name__)
 
@@ -84,20 +84,51 @@ def check_agent_tokenizer(tokenizer, thinking_ratio: float | None = None, templa
 
 
 def check_offered_tools(dataset, toolbox, source) -> None:
-    """Refuse data whose rows offer tools the toolbox lacks: every call of one would get "tool not found" and be
-    scored invalid, training the policy away from a tool its prompt shows. Names the tools and the rows."""
+    """Refuse data whose rows offer tools the toolbox lacks, or offer a tool of the toolbox with a schema other than
+    the tool's own (`tools.schema_difference`): every call of a missing tool would get "tool not found" and be scored
+    invalid, and a differing schema shows the model arguments the tool does not take. Names the tools and the rows
+    (0-based, in the order the data loaded)."""
     missing: dict[str, list[int]] = {}
+    differing: dict[str, tuple[str, list[int]]] = {}
     for index, tools in enumerate(dataset["tools"]):
-        for name in sorted(tool_names(decode_tools(tools)) - set(toolbox.names)):
-            missing.setdefault(name, []).append(index)
+        for schema in _row_tools(tools, f"{source}: row {index}"):
+            name = schema["function"]["name"]
+            own = toolbox.get(name)
+            difference = None if own is None else schema_difference(schema, own.schema)
+            if own is None:
+                missing.setdefault(name, []).append(index)
+            elif difference:
+                differing.setdefault(name, (difference, []))[1].append(index)
     if missing:
-        listed = "; ".join(f"{name!r} (rows {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''} of "
-                           f"{len(dataset)})" for name, rows in missing.items())
+        listed = "; ".join(f"{name!r} ({_rows(rows, len(dataset))})" for name, rows in missing.items())
         raise RecipeError(
             f"{source}: its rows' tool schemas offer tools agent_tools does not run: {listed}. Every call of them "
             f"would get {{\"error\": \"tool not found\"}} and count as invalid. Add them to agent_tools (a mock's name or "
             f"'package.module:function'; agent_tools now: {', '.join(toolbox.names)}) or drop them from the data"
         )
+    if differing:
+        listed = "; ".join(f"{name!r} ({_rows(rows, len(dataset))}: {difference})"
+                           for name, (difference, rows) in differing.items())
+        raise RecipeError(
+            f"{source}: its rows offer tools of agent_tools with schemas other than the tools' own: {listed}. The "
+            "model would be shown arguments the tool does not take. Write each row's schema as the tool's own "
+            "(`transformers.utils.get_json_schema(function)` for a function; `minimind_trl.agent.mock_tools.SCHEMAS` "
+            "for a mock); description texts may differ"
+        )
+
+
+def _row_tools(tools, where: str) -> list[dict]:
+    """A row's `tools` value decoded and checked (a dataset built by hand skipped the loader's checks)."""
+    try:
+        decoded = decode_tools(tools)
+    except (TypeError, ValueError) as error:
+        raise AgentDataError(f"{where}: tools is not JSON text of a list ({error})") from None
+    return [] if decoded is None else check_tools(decoded, where)
+
+
+def _rows(rows: list[int], total: int) -> str:
+    noun = "row" if len(rows) == 1 else "rows"
+    return f"{noun} {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''} of {total}"
 
 
 def build_agent_rollout(script_args) -> AgentRollout:

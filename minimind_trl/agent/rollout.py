@@ -3,9 +3,10 @@ TRL's `rollout_func`.
 
 Each rollout draws `open_thinking` once (`thinking_ratio`), renders its conversation with the sample's own tool
 schemas, and generates up to `max_turns` turns of at most `max_completion_length` new tokens each (TRL's generation
-step: the lean sampler, stock `generate` or vLLM). After a turn, every well-formed `<tool_call>` of its text, thoughts
-included, is executed, and the tool messages are appended as the chat template renders them; a third turn with calls
-marks the rollout unfinished and ends without a generation prompt. The sampled tokens train (mask 1, EOS excepted);
+step: the lean sampler, stock `generate` or vLLM). After a turn, every `<tool_call>` block of its text that holds JSON,
+thoughts included, is answered (a well-formed call runs; anything else gets the error observation), up to the turn's
+tool output cap, and the tool messages are appended as the chat template renders them; a third turn with calls marks
+the rollout unfinished and ends without a generation prompt. The sampled tokens train (mask 1, EOS excepted);
 the observations and template tokens do not (mask 0), as upstream masks them.
 
 Where upstream re-renders and re-tokenizes the whole conversation at every turn and slices it by length, which
@@ -26,9 +27,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..prompt_rendering import OPEN_THINKING_KWARG, check_ratio, keyed_uniform
-from .data import prompt_messages, prompt_tools, tool_names
-from .parsing import parse_tool_calls
-from .tools import Toolbox
+from .data import named_schemas, prompt_messages, prompt_tools
+from .parsing import tool_call_values
+from .tools import Toolbox, schema_difference
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Transcript:
     ended_with_eos: bool = False
     unfinished: bool = False
     tool_calls: int = 0
+    tool_calls_unanswered: int = 0
     tool_failures: int = 0
     done: bool = False
 
@@ -150,8 +152,9 @@ class AgentRollout:
             `--thinking_ratio`, default 0.1); None: the template's default. Drawn per rollout from
             (`seed`, mode, step, row), so a resumed run makes the uninterrupted run's draws.
         max_tool_output: characters one turn's tool messages may hold together (each is also cut to 2048, upstream's
-            cut); what is over is cut from the later calls' messages, before the next generation pays for it
-            (upstream has no such cap; its mocks answer in under 200 characters). None: no cap.
+            cut): the message that reaches it is cut, and the turn's later calls are not run nor answered, before the
+            next generation pays for them (upstream has no such cap; its mocks answer in under 200 characters).
+            None: no cap.
     """
 
     def __init__(
@@ -265,15 +268,15 @@ class AgentRollout:
         text = tokenizer.decode(sampled, skip_special_tokens=True)
         transcript.turn_outputs.append(text)
         transcript.ended_with_eos = ended
-        calls = parse_tool_calls(text)  # the whole turn, thoughts included, as upstream runs them
+        calls = tool_call_values(text)  # the whole turn, thoughts included, as upstream runs them
         if not calls:
             transcript.done = True
             return
-        outcomes = [self.toolbox.run_call(call) for call in calls]
+        contents, failures = self.run_calls(calls)
         transcript.tool_calls += len(calls)
-        transcript.tool_failures += sum(outcome.error is not None for outcome in outcomes)
+        transcript.tool_calls_unanswered += len(calls) - len(contents)
+        transcript.tool_failures += failures
         last = turn == self.max_turns - 1
-        contents = self.capped([outcome.observation for outcome in outcomes])
         transcript.messages.append({"role": "assistant", "content": text})
         transcript.messages += [{"role": "tool", "content": content} for content in contents]
         observation = observation_ids(tokenizer, contents, generation_prompt=not last,
@@ -287,29 +290,44 @@ class AgentRollout:
 
     def warn_unknown_tools(self, transcripts: list[Transcript]) -> None:
         """Warn once per name about a tool a prompt offers that the toolbox does not run (every call of it gets the
-        error observation and counts as invalid; `minimind-trl grpo` refuses such data before training)."""
-        offered = set().union(*(tool_names(t.tools) for t in transcripts)) if transcripts else set()
-        unknown = sorted(offered - set(self.toolbox.names) - self._warned_tools)
+        error observation and counts as invalid), or offers with a schema other than the tool's own
+        (`tools.schema_difference`); `minimind-trl grpo` refuses such data before training."""
+        offered = [named for transcript in transcripts for named in named_schemas(transcript.tools)]
+        unknown = sorted({name for name, _ in offered} - set(self.toolbox.names) - self._warned_tools)
         if unknown:
             self._warned_tools.update(unknown)
             logger.warning("agent rollout: the prompts offer %s, which the toolbox (%s) does not run: every call of "
                            "them gets the error observation and counts as invalid (warned once per tool)",
                            ", ".join(map(repr, unknown)), ", ".join(self.toolbox.names))
+        for name, schema in offered:
+            difference = name not in self._warned_tools and schema_difference(schema, self.toolbox.get(name).schema)
+            if difference:
+                self._warned_tools.add(name)
+                logger.warning("agent rollout: the prompts offer %r with a schema other than the toolbox's: %s (warned "
+                               "once per tool)", name, difference)
 
-    def capped(self, contents: list[str]) -> list[str]:
-        """A turn's tool messages cut to `max_tool_output` characters together, the later ones first."""
-        if self.max_tool_output is None or sum(map(len, contents)) <= self.max_tool_output:
-            return contents
-        if not self._warned_tool_output:
-            logger.warning("agent rollout: one turn's %d tool calls answered %d characters, over agent_max_tool_output="
-                           "%d; the later calls' messages are cut (warned once)", len(contents),
-                           sum(map(len, contents)), self.max_tool_output)
+    def run_calls(self, calls: list) -> tuple[list[str], int]:
+        """Run one turn's calls in order and give their tool messages and how many failed. The messages hold at most
+        `max_tool_output` characters together: the one that reaches the cap is cut there, and the calls after it are
+        neither run nor answered (every message holds at least one character: no empty tool message)."""
+        contents, failures, left, cut = [], 0, self.max_tool_output, False
+        for call in calls:
+            if left is not None and left <= 0:
+                break
+            outcome = self.toolbox.run_call(call)
+            failures += outcome.error is not None
+            contents.append(outcome.observation if left is None else outcome.observation[:left])
+            cut = len(contents[-1]) < len(outcome.observation)
+            if left is not None:
+                left -= len(contents[-1])
+        unanswered = len(calls) - len(contents)
+        if (cut or unanswered) and not self._warned_tool_output:
+            logger.warning("agent rollout: one turn's tool messages reached agent_max_tool_output=%d characters after "
+                           "%d of its %d calls: the last message is cut and the %d calls after it are not run nor "
+                           "answered (agent/tool_calls_unanswered counts them; warned once)", self.max_tool_output,
+                           len(contents), len(calls), unanswered)
             self._warned_tool_output = True
-        left, cut = self.max_tool_output, []
-        for content in contents:
-            cut.append(content[:left])
-            left -= len(cut[-1])
-        return cut
+        return contents, failures
 
     def outputs(self, transcripts: list[Transcript], eos_token_id: int, has_logprobs: bool) -> dict:
         """TRL's rollout output: the packed sequences, and the fields the agent reward reads."""
@@ -358,17 +376,20 @@ def lockstep_generator(trainer, generate: TurnGenerator) -> TurnGenerator:
 
 
 def log_rollout_metrics(trainer, transcripts: list[Transcript]) -> None:
-    """Per rollout, over every process (`agent/...` in the logs): turns, tool calls, failed calls (an unknown tool,
-    bad arguments, a tool that raised or timed out) and the unfinished share."""
+    """Per rollout, over every process (`agent/...` in the logs): turns, tool calls, calls left unanswered at the tool
+    output cap, failed calls (not a call, an unknown tool, a tool that raised or timed out) and the unfinished
+    share."""
     from ..trainer.trl_private import metrics  # not at the top: the trainer package loads TRL
 
     mode = "train" if trainer.model.training else "eval"
     local = torch.tensor(
-        [[len(t.turn_outputs), t.tool_calls, t.tool_failures, float(t.unfinished)] for t in transcripts],
+        [[len(t.turn_outputs), t.tool_calls, t.tool_calls_unanswered, t.tool_failures, float(t.unfinished)]
+         for t in transcripts],
         dtype=torch.float32, device=trainer.accelerator.device,
     )
     means = trainer.accelerator.gather(local).mean(dim=0).tolist()
-    names = ("agent/turns", "agent/tool_calls", "agent/tool_failures", "agent/unfinished")
+    names = ("agent/turns", "agent/tool_calls", "agent/tool_calls_unanswered", "agent/tool_failures",
+             "agent/unfinished")
     logged = metrics(trainer, mode)
     for name, value in zip(names, means, strict=True):
         logged[name].append(value)

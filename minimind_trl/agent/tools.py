@@ -8,16 +8,19 @@ them and never lets a tool stop the run:
   `json.dumps(result, ensure_ascii=False)` cut to 2048 characters. An unknown name, a tool that raises, one that
   runs past `timeout` seconds, or a result that is not JSON-serialisable gives upstream's one error observation,
   `{"error": "tool not found"}` (what MiniMind-3 was trained on), and the outcome says why in `error`.
-* `run_call(call)` first reads a parsed `<tool_call>` value (`parsing.call_name_and_arguments`): a call that is not
-  a JSON object, on which upstream's rollout raised, gets the error observation.
-* `is_valid_call(call, offered)` is the reward's test: a JSON object naming one of the sample's tools that this
-  toolbox has, with arguments its check accepts. A call upstream's reward raised on counts as invalid.
+* `run_call(value)` first reads one parsed `<tool_call>` value (`parsing.read_call`): a value that is not a call (not
+  a JSON object, no string name, arguments that are not an object), on which upstream's rollout raised, gets the
+  error observation.
+* `is_valid_call(value, offered)` is the reward's test: a well-formed call naming one of the sample's tools that
+  this toolbox has, with arguments its check accepts. A call upstream's reward raised on counts as invalid.
 
 Like upstream, a call runs whichever tool of the toolbox it names, also one the sample's prompt did not offer (the
 reward then counts it as invalid). Upstream guards each call with a 1 s `SIGALRM`, which works only on the main
-thread; here every call runs in one reused worker process (`tool_process.ToolProcess`), which is killed when a
-call runs past `timeout` seconds, so the limit holds also for work that never releases the GIL. A fault of that
-harness raises `ToolHarnessError`; it is never reported to the model or the reward as the tool failing.
+thread; here every call runs in one reused worker process (`tool_process.ToolProcess`: forked from a fork server,
+never from the trainer, it imports each tool's module), whose process group is killed when a call runs past
+`timeout` seconds, so the limit holds also for work that never releases the GIL and for what the tool started. A
+fault of that harness raises `ToolHarnessError`; it is never reported to the model or the reward as the tool
+failing.
 
 User tools follow TRL's `tools=` convention: Python functions with type hints and a Google-style docstring, called
 with the arguments as keywords; their schema is `transformers.utils.get_json_schema(function)`. A recipe names them
@@ -37,9 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ToolSpecError
-from ..loading_utils import import_object
+from ..loading_utils import import_object, is_import_spec
 from .mock_tools import ARGUMENT_CHECKS, MOCKS, SCHEMAS
-from .parsing import call_name_and_arguments
+from .parsing import read_call
 from .tool_process import ToolProcess, ToolRaised
 
 logger = logging.getLogger(__name__)
@@ -155,6 +158,75 @@ def tool_from_function(function: Callable, name: str | None = None) -> Tool:
     return Tool(name or schema["function"]["name"], _KeywordCall(function), schema, check)
 
 
+def schema_difference(offered: Any, own: Mapping) -> str | None:
+    """Where a tool schema a data row offers (`{"type": "function", "function": {...}}`) differs from the toolbox's
+    own schema of the tool with that name, as `path is X in the data, Y in the toolbox`; None when they agree.
+
+    Compared: the whole function entry (its `parameters`: every property with its type, enum, default, items and
+    nesting, `required` as a set, `additionalProperties`; any other key), leaving out the description texts (the
+    model reads the data's wording) and `return` (no call passes it). A missing `parameters`, `properties` or
+    `required` reads as an object without properties and nothing required."""
+    offered_function = offered.get("function") if isinstance(offered, Mapping) else None
+    return _first_difference(_call_contract(offered_function), _call_contract(own.get("function")), "function")
+
+
+def _call_contract(function: Any) -> Any:
+    if not isinstance(function, Mapping):
+        return function
+    contract = {key: value for key, value in function.items() if key not in ("description", "return")}
+    contract["parameters"] = contract.get("parameters") or {"type": "object"}
+    return _normalized_schema(contract)
+
+
+def _normalized_schema(node: Any) -> Any:
+    """A JSON schema without description texts, `required` sorted, an object's missing `properties`/`required`
+    filled in; property names are kept whatever they are (a property may be named "description")."""
+    if isinstance(node, list):
+        return [_normalized_schema(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    normalized = {}
+    for key, value in node.items():
+        if key == "description" and isinstance(value, str):
+            continue
+        if key == "properties" and isinstance(value, Mapping):
+            normalized[key] = {name: _normalized_schema(schema) for name, schema in value.items()}
+        elif key == "required" and isinstance(value, list):
+            normalized[key] = sorted(value, key=lambda item: json.dumps(item, default=repr))
+        else:
+            normalized[key] = _normalized_schema(value)
+    if normalized.get("type") == "object":
+        normalized.setdefault("properties", {})
+        normalized.setdefault("required", [])
+    return normalized
+
+
+_ABSENT = object()
+
+
+def _first_difference(data: Any, toolbox: Any, path: str) -> str | None:
+    if isinstance(data, Mapping) and isinstance(toolbox, Mapping):
+        for key in sorted(set(data) | set(toolbox), key=str):
+            found = _first_difference(data.get(key, _ABSENT), toolbox.get(key, _ABSENT), f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(data, list) and isinstance(toolbox, list) and len(data) == len(toolbox):
+        for index, (item, other) in enumerate(zip(data, toolbox, strict=True)):
+            found = _first_difference(item, other, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    same = json.dumps(data, default=repr) == json.dumps(toolbox, default=repr)
+    if same and data is not _ABSENT and toolbox is not _ABSENT:
+        return None
+
+    def shown(value: Any) -> str:
+        return "absent" if value is _ABSENT else json.dumps(value, ensure_ascii=False, default=repr)[:120]
+
+    return f"{path} is {shown(data)} in the data, {shown(toolbox)} in the toolbox"
+
+
 def check_timeout(timeout: Any, key: str = "timeout") -> float | None:
     """`timeout` as seconds: None, or a finite number in (0, `MAX_TIMEOUT`]; `ToolSpecError` naming `key`."""
     if timeout is None:
@@ -171,7 +243,9 @@ class Toolbox:
     Args:
         tools: the tools (default: upstream's six mocks); names must be unique.
         timeout: seconds a call may take (upstream: 1), at most `MAX_TIMEOUT`; calls run in a reused worker process
-            killed at the limit. None runs each call in the caller's thread, unguarded.
+            (never a fork of the trainer: it imports each tool's module) killed at the limit, so each tool's function
+            must be importable by name (`ToolSpecError` otherwise). None runs each call in the caller's thread,
+            unguarded.
     """
 
     def __init__(self, tools: Iterable[Tool] | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
@@ -182,7 +256,8 @@ class Toolbox:
                 raise ToolSpecError(f"two tools are named {tool.name!r}")
             self.tools[tool.name] = tool
         self.timeout = check_timeout(timeout, "tool timeout")
-        self._process = ToolProcess({name: tool.run for name, tool in self.tools.items()})
+        runners = {name: tool.run for name, tool in self.tools.items()}
+        self._process = None if self.timeout is None else ToolProcess(runners)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -226,26 +301,24 @@ class Toolbox:
         except (TypeError, ValueError, RecursionError) as error:
             return _failure(f"{tool.name} returned a result JSON cannot hold ({type(error).__name__}: {error})")
 
-    def run_call(self, call: Any) -> ToolOutcome:
-        """Run one parsed `<tool_call>` value: its `name` with its `arguments` (a JSON string decoded first)."""
-        read = call_name_and_arguments(call)
-        if read is None:
-            return _failure(f"the call is not a JSON object: {call!r}"[:200])
-        return self.execute(*read)
+    def run_call(self, value: Any) -> ToolOutcome:
+        """Run one parsed `<tool_call>` value: its `name` with its `arguments` (a JSON string decoded first); a
+        value that is not a call (`parsing.read_call`) gets the error observation."""
+        call, problem = read_call(value)
+        if call is None:
+            return _failure(f"{problem}: {value!r}"[:200])
+        return self.execute(call["name"], call["arguments"])
 
     def check_args(self, name: Any, arguments: Any) -> bool:
         """Whether `arguments` make a valid call of the tool `name` (False for an unknown tool)."""
         tool = self.get(name)
         return tool is not None and bool(tool.check(arguments))
 
-    def is_valid_call(self, call: Any, offered: Iterable[str]) -> bool:
-        """The reward's test of one parsed call: an object naming a tool of `offered` (the sample's tool names)
-        that this toolbox has, with arguments it accepts."""
-        read = call_name_and_arguments(call)
-        if read is None:
-            return False
-        name, arguments = read
-        return isinstance(name, str) and name in set(offered) and self.check_args(name, arguments)
+    def is_valid_call(self, value: Any, offered: Iterable[str]) -> bool:
+        """The reward's test of one parsed `<tool_call>` value: a well-formed call (`parsing.read_call`) naming a
+        tool of `offered` (the sample's tool names) that this toolbox has, with arguments it accepts."""
+        call = read_call(value)[0]
+        return call is not None and call["name"] in set(offered) and self.check_args(call["name"], call["arguments"])
 
     def __repr__(self) -> str:
         return f"Toolbox({list(self.tools)}, timeout={self.timeout})"
@@ -270,8 +343,9 @@ def resolve_tool(spec: str | Callable | Tool) -> Tool:
         return _tool_from_object(spec, repr(spec))
     if spec in MOCKS:
         return mock_tool(spec)
-    if ":" in spec or "." in spec:
-        return _tool_from_object(import_object(spec, "tool", ToolSpecError, form="package.module:function"), spec)
+    if is_import_spec(spec):
+        found = import_object(spec, "agent_tools", ToolSpecError, form="package.module:function")
+        return _tool_from_object(found, spec)
     close = difflib.get_close_matches(spec, UPSTREAM_TOOL_NAMES, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ToolSpecError(
@@ -331,5 +405,6 @@ __all__ = [
     "mock_tool",
     "observation_text",
     "resolve_tool",
+    "schema_difference",
     "tool_from_function",
 ]

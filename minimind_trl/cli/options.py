@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import RecipeError
 
 OURS, UPSTREAM, TRL, REFUSED, REFUSED_WHERE, EVALUATION = (
-    "ours", "TRL's, upstream's default", "TRL's", "refused", "refused where it cannot act", "evaluation",
+    "ours", "TRL's, upstream's default", "TRL's", "refused", "refused where it cannot act", "evaluation (unchecked)",
 )  # fmt: skip
 
 
@@ -116,7 +116,6 @@ OPTION_GROUPS = (
           "TRL's loss: with TRL's loss types only (a registered loss replaces TRL's; its own terms come from "
           "`loss_kwargs`)"),
     # -- refused: nothing in a minimind-trl run would act on them --
-    group(REFUSED, "dataset_config", "MiniMind's data has no configurations (pick files with `dataset_data_files`)"),
     group(REFUSED, "ignore_bias_buffers", "TRL's DPO script's DDP workaround; no GRPO script reads it"),
     group(REFUSED, "label_smoothing_factor label_names average_tokens_across_devices",
           "the Trainer's label loss, which GRPO's loss replaces"),
@@ -141,12 +140,18 @@ OPTION_GROUPS = (
     group(REFUSED, "local_rank", "the argument torch.distributed.launch passed, which nothing reads (`accelerate launch` "
           "and `torchrun` set `LOCAL_RANK`)"),
     group(REFUSED, "parallelism_config", "tensor and context parallelism need a plan MiniMind does not define"),
-    # -- evaluation on held-out prompts ([Evaluation during training](#evaluation-during-training)) --
-    group(EVALUATION, "dataset_test_split dataset_streaming eval_strategy eval_steps eval_delay "
-          "per_device_eval_batch_size prediction_loss_only eval_on_start eval_do_concat_batches eval_use_gather_object "
+    # -- held-out prompts, mixtures and evaluation, as TRL's script builds them --
+    group(TRL, "dataset_test_split datasets test_split_size", "held-out and mixed data as TRL's script reads them "
+          "([Splits, mixtures](#splits-mixtures-and-trls-other-dataset-options))"),
+    group(TRL, "eval_strategy eval_steps per_device_eval_batch_size num_generations_eval",
+          "evaluation on held-out prompts ([Evaluation during training](#evaluation-during-training))"),
+    group(OURS, "eval_dataset_name", "held-out prompts of their own ([Evaluation during training](#evaluation-during-training))"),
+    group(REFUSED_WHERE, "dataset_config dataset_streaming streaming", "MiniMind's data has no configurations, and every "
+          "row is read and checked before training ([Splits, mixtures](#splits-mixtures-and-trls-other-dataset-options))"),
+    group(EVALUATION, "eval_delay prediction_loss_only eval_on_start eval_do_concat_batches eval_use_gather_object "
           "eval_accumulation_steps include_for_metrics batch_eval_metrics bf16_full_eval fp16_full_eval "
-          "load_best_model_at_end metric_for_best_model greater_is_better do_eval do_predict num_generations_eval",
-          "evaluation on held-out prompts and the data options of TRL's script ([Data](#data))"),
+          "load_best_model_at_end metric_for_best_model greater_is_better do_eval do_predict",
+          "the Trainer's other evaluation settings, with `eval_strategy`, as in transformers; not yet walked one by one"),
 )
 
 OPTIONS = {name: entry for entry in OPTION_GROUPS for name in entry.names}

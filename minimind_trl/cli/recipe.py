@@ -40,14 +40,27 @@ def make_parser():
             raise RecipeError(f"{message} (minimind-trl grpo --help lists the options)")
 
         def parse_args_into_dataclasses(self, args=None, **kwargs):
+            args = list(sys.argv[1:] if args is None else args)
+            check_list_flags_given_once(args, list_keys(self))
             # after TrlParser set the recipe's values as defaults: `--key null` sets the default to None
-            args, nulled = null_overrides(list(sys.argv[1:] if args is None else args), nullable_keys(self))
+            args, nulled = null_overrides(args, nullable_keys(self))
             if nulled:
                 self.set_defaults(**dict.fromkeys(nulled))
             args = list_overrides(args, list_keys(self))
             return super().parse_args_into_dataclasses(args=args, **kwargs)
 
-    return Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
+        def parse_known_args(self, args=None, namespace=None):
+            namespace, remaining = super().parse_known_args(args, namespace)
+            for action in self._actions:  # one item of a name-or-list flag stays the name it was (see take_lists)
+                value = getattr(namespace, action.dest, None)
+                given = isinstance(value, list) and value is not action.default  # not the recipe's own list
+                if action.dest in name_or_list and given and len(value) == 1:
+                    setattr(namespace, action.dest, value[0])
+            return namespace, remaining
+
+    parser = Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
+    name_or_list = take_lists(parser)
+    return parser
 
 
 def packaged_recipes_dir() -> Path:
@@ -120,6 +133,37 @@ def check_override_ranges(argv: list[str]) -> None:
             raise RecipeError(f"--{name} {raw}: {problem}")
 
 
+def dict_keys(parser) -> set[str]:
+    """The keys whose field takes a dict (`loss_kwargs`, `lr_scheduler_kwargs`, ...): JSON on the command line."""
+    import typing
+
+    return {
+        key for key, annotation in field_types(parser).items()
+        if any(arg is dict or typing.get_origin(arg) is dict for arg in (annotation, *typing.get_args(annotation)))
+    }  # fmt: skip
+
+
+def check_override_json(argv: list[str], keys: set[str]) -> None:
+    """A dict setting's command-line value that starts with `{` is JSON (transformers reads it with `json.loads`),
+    refused naming the flag as typed when it is not (`--loss_kwargs '{coef: 0.1}'`: YAML's form, a raw
+    `JSONDecodeError` before)."""
+    import json
+
+    for index, arg in enumerate(argv):
+        name, equals, inline = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or name.replace("-", "_") not in keys:
+            continue
+        raw = inline if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if raw.startswith("{"):
+            try:
+                json.loads(raw)
+            except ValueError as exc:
+                raise RecipeError(
+                    f"--{name} {raw}: not JSON ({exc}); write it as --{name} '{{\"key\": 0.5}}' (keys and strings in "
+                    "double quotes, the whole value quoted for the shell)"
+                ) from None
+
+
 NULL_WORDS = ("null", "none", "~")  # YAML's null spellings (and Python's None), case-insensitive
 NULL_MEANINGFUL = {"report_to", *NAMED_VALUES}  # fields where the string "none" has its own meaning
 
@@ -157,12 +201,46 @@ def null_overrides(argv: list[str], nullable: set[str]) -> tuple[list[str], list
     return kept, nulled
 
 
+def take_lists(parser) -> set[str]:
+    """Give the flags of fields that hold a name or a list of names (`report_to`, `optim_target_modules`: `str |
+    list[str]`, which transformers' parser reads as one string) the list flags' forms, and return their keys. One
+    item stays the string it was: a string and a list of one can mean different things (`optim_target_modules`)."""
+    import typing
+
+    keys = set()
+    for action in parser._actions:
+        args = typing.get_args(field_types(parser).get(action.dest))
+        if action.nargs is None and str in args and list[str] in args:
+            action.nargs = "+"
+            keys.add(action.dest)
+    return keys
+
+
 def list_keys(parser) -> set[str]:
-    """The keys whose flag takes a list (`list[...]` fields: `--reward_funcs`, `--agent_tools`, `--reward_weights`)."""
+    """The keys whose flag takes a list: `list[...]` fields (`--reward_funcs`, `--agent_tools`, `--reward_weights`,
+    `--lora_target_modules`, ...) and those of a name or a list (`--report_to`, see `take_lists`)."""
     return {action.dest for action in parser._actions if action.nargs in ("+", "*")}
 
 
 LIST_FORMS = "--{flag} a b (space-separated), --{flag} a,b or --{flag} '[a, b]' (a YAML list, as in a recipe)"
+
+
+def check_list_flags_given_once(argv: list[str], keys: set[str]) -> None:
+    """Refuse a list flag given twice (either spelling): argparse would keep the last list and drop the first
+    without a word, where `--agent_tools a --agent_tools b` reads as both."""
+    seen: dict[str, str] = {}
+    for arg in argv:
+        flag = arg.partition("=")[0]
+        key = flag.removeprefix("--").replace("-", "_")
+        if not arg.startswith("--") or key not in keys:
+            continue
+        if key in seen:
+            spellings = f" (as {seen[key]} and {flag})" if seen[key] != flag else ""
+            raise RecipeError(
+                f"{flag} is given twice{spellings}: a list flag takes all its items at once (argparse would keep the "
+                f"last and drop the first); give it once, as {LIST_FORMS.format(flag=flag.removeprefix('--'))}"
+            )
+        seen[key] = flag
 
 
 def list_overrides(argv: list[str], keys: set[str]) -> list[str]:
@@ -269,6 +347,7 @@ def parse_args(argv: list[str] | None = None):
     else:
         recipe.overrides = list(argv)
     check_override_ranges(recipe.overrides)
+    check_override_json(recipe.overrides, dict_keys(parser))
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # unknown command-line arguments, dataclass validation (e.g. batch divisibility)
@@ -337,6 +416,11 @@ def _process_hint(exc: Exception) -> str:
     if "divisible" not in str(exc):
         return ""
     world_size = os.environ.get("WORLD_SIZE", "1")
+    if "eval batch" in str(exc):
+        return (
+            f" [{world_size} process(es): the eval batch is per_device_eval_batch_size x processes completions and "
+            "must hold whole groups of num_generations_eval (unset: num_generations)]"
+        )
     return (
         f" [{world_size} process(es): the generation batch is per_device_train_batch_size x processes x "
         "steps_per_generation completions and must hold whole groups of num_generations]"

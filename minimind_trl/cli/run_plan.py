@@ -11,7 +11,6 @@ is what the building stage and the trainer read; nothing after it checks or deri
 import dataclasses
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 
 from ..agent.recipe import check_agent_recipe
@@ -25,9 +24,11 @@ from ..trainer.outputs.run_identity import normal_path, path_fingerprint
 from ..trainer.checks.extras import check_extras
 from ..trainer.checks.trainer_settings import check_rendering_settings
 from ..trainer.outputs.output_dir import check_output_dir, run_inputs
-from ..trainer.outputs.run_safety import check_enough_prompts, check_output_dir_free, check_resume_checkpoint, check_writable
+from ..trainer.outputs.run_lock import check_output_dir_free
+from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint, check_writable
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
+from .hub import check_hub_repo
 from .policy import (
     PolicySource,
     check_model_source,
@@ -38,44 +39,28 @@ from .policy import (
     quantization_config,
 )
 from .recipe import Recipe
+from .run_data import check_data_sources, held_out_source, mixture_identity, training_source
 
 logger = logging.getLogger(__name__)
 
-DATA_FILE_SUFFIX = re.compile(r"\.(jsonl|json|parquet|csv|tsv|txt|arrow)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
 REPORTING_EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab", "trackio": "trackio"}
 
 
-def looks_like_hub_dataset(name: str) -> bool:
-    """`owner/name` (one slash, no data-file extension, not a path form): what a Hub dataset id looks like."""
-    owner, slash, repo = name.partition("/")
-    return (
-        bool(slash and owner and repo)
-        and "/" not in repo
-        and not name.startswith((".", "~"))
-        and not DATA_FILE_SUFFIX.search(name)
-    )
-
-
-def check_dataset_source(dataset_name: str | None, dataset_config: str | None = None) -> None:
-    """A local file or folder must exist; anything that is not a Hub id (`owner/name`) is taken as local,
-    so a mistyped path fails here instead of as a `datasets` download error."""
-    if not dataset_name:
-        raise RecipeError("dataset_name is required (an RLAIF .jsonl file, a folder of them, or a Hub dataset)")
-    if not os.path.exists(os.path.expanduser(dataset_name)) and not looks_like_hub_dataset(dataset_name):
-        kind = "data file" if DATA_FILE_SUFFIX.search(dataset_name) else "local path"
-        raise RecipeError(
-            f"dataset_name: {kind} {dataset_name} does not exist (and is not a Hub dataset id 'owner/name')"
-        )
-    if dataset_config:
-        raise RecipeError(
-            f"dataset_config={dataset_config!r}: RLAIF data has no configurations; pick files with dataset_data_files"
-        )
-
-
 def check_reporting(report_to: list[str]) -> None:
+    """Each `report_to` name is an integration transformers knows, with its package installed; `none` and `all` stand
+    alone (transformers' `TrainingArguments` turned them into a list already). Otherwise transformers raises a bare
+    `ValueError` when the trainer is built."""
     from transformers.integrations import integration_utils
 
+    known = integration_utils.INTEGRATION_TO_CALLBACK
     for name in report_to or []:
+        if name not in known:
+            alone = " stands alone" if name in ("none", "all") else " is not a logging integration"
+            raise RecipeError(
+                f"report_to {name!r}{alone}: report_to takes none, all, or one or more of {', '.join(known)} "
+                "(on the command line --report_to tensorboard wandb, tensorboard,wandb or '[tensorboard, wandb]'; "
+                "in a recipe report_to: [tensorboard, wandb])"
+            )
         available = getattr(integration_utils, f"is_{name}_available", None)
         if name in REPORTING_EXTRAS and available is not None and not available():
             raise RecipeError(
@@ -99,14 +84,32 @@ def local_sources_only(script_args, model_args) -> bool:
         model_args.model_name_or_path,
         script_args.tokenizer_name_or_path,
         script_args.dataset_name,
+        script_args.eval_dataset_name,
         script_args.reward_model_name_or_path,
+        *(entry.path for entry in script_args.datasets or []),
     )
     return all(source is None or os.path.exists(os.path.expanduser(source)) for source in sources)
 
 
 def load_callbacks(specs: list[str] | None) -> list:
-    """The `package.module:ClassName` callbacks of the recipe, built without arguments."""
-    return [import_object(spec, "callback", RecipeError, form="package.module:ClassName")() for spec in specs or []]
+    """The recipe's `package.module:ClassName` callbacks: transformers `TrainerCallback` classes, each built without
+    arguments (or instances of one). Anything else would fail at the run's first event, with a raw traceback."""
+    from transformers import TrainerCallback
+
+    callbacks = []
+    for spec in specs or []:
+        found = import_object(spec, "callbacks", RecipeError, form="package.module:ClassName")
+        if isinstance(found, TrainerCallback):
+            callbacks.append(found)
+            continue
+        if not (isinstance(found, type) and issubclass(found, TrainerCallback)):
+            raise RecipeError(f"callbacks {spec!r}: a {type(found).__name__}, not a transformers TrainerCallback class")
+        try:
+            callbacks.append(found())
+        except Exception as exc:
+            message = " ".join(str(exc).split())
+            raise RecipeError(f"callbacks {spec!r}: {found.__name__}() raised {type(exc).__name__}: {message}") from exc
+    return callbacks
 
 
 def prompt_rendering(script_args, training_args) -> PromptRendering:
@@ -133,9 +136,13 @@ def upstream_departures(script_args, training_args) -> list[str]:
     ]
 
 
-# Recipe options that do not change what a run trains (a resume may change them): evaluation, how the policy's
-# attention is computed, DDP's buffer handling and extra callbacks.
-RESUMABLE_OPTIONS = {"dataset_test_split", "attn_implementation", "ignore_bias_buffers", "callbacks"}
+# Recipe options that do not change what a run trains (a resume may change them): where the held-out prompts are read
+# (the trainer records those prompts themselves, so a resume that evaluates on other ones is refused;
+# `eval_dataset_name` is recorded when set), how the policy's attention is computed, DDP's buffer handling and extra
+# callbacks.
+RESUMABLE_OPTIONS = {
+    "dataset_test_split", "eval_dataset_name", "attn_implementation", "ignore_bias_buffers", "callbacks"
+}  # fmt: skip
 LOCAL_SOURCES = ("model_name_or_path", "dataset_name", "tokenizer_name_or_path", "reward_model_name_or_path")
 
 
@@ -149,13 +156,17 @@ def recipe_run_identity(script_args, model_args) -> dict:
                 values[item.name] = getattr(args, item.name)
     for key in LOCAL_SOURCES:
         values[key] = normal_path(values.get(key))
+    values["datasets"] = mixture_identity(script_args)
+    if script_args.eval_dataset_name is not None:  # recorded only by a run that evaluates: one may start or stop it
+        values["eval_dataset_name"] = normal_path(script_args.eval_dataset_name)
     values["model_fingerprint"] = path_fingerprint(model_args.model_name_or_path)
     values["reward_model_fingerprint"] = path_fingerprint(script_args.reward_model_name_or_path)
     return values
 
 
-def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config) -> RunCard:
-    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings."""
+def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config, own_data=False) -> RunCard:
+    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings
+    (`own_data`: the caller brings the prompts, so the recipe's held-out source is not theirs)."""
     return describe_run(
         base_model,
         training_args,
@@ -167,7 +178,8 @@ def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_c
         reward_funcs=list(script_args.reward_funcs),
         reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
         reward_model=script_args.reward_model_name_or_path,
-        dataset=script_args.dataset_name,
+        dataset=training_source(script_args),
+        eval_dataset=None if own_data else held_out_source(script_args, training_args),
     )
 
 
@@ -199,7 +211,7 @@ def check_run(
     policy = policy_source(model_args, script_args, training_args.output_dir)
     quantization = quantization_config(model_args, training_args)
     if check_data:
-        check_dataset_source(script_args.dataset_name, script_args.dataset_config)
+        check_data_sources(script_args, training_args)
     check_reward_specs(script_args, training_args)
     rendering = prompt_rendering(script_args, training_args)
     check_rendering_settings(rendering, training_args)
@@ -244,6 +256,8 @@ def check_run(
             "this run follows %s except in %d setting(s):\n  %s", title, len(departures), "\n  ".join(departures)
         )
     peft_config = lora_config(model_args)  # after the run identity, which records the recipe's own targets
+    if training_args.push_to_hub:  # last: a run refused for a local reason creates no repository
+        check_hub_repo(training_args)
     return RunPlan(
         resume,
         load_callbacks(script_args.callbacks),
@@ -255,19 +269,19 @@ def check_run(
         model_init_kwargs=model_init_kwargs(model_args, training_args),
         peft_config=peft_config,
         quantization_config=quantization,
-        run_card=run_card(script_args, training_args, policy.base_model, recipe or Recipe(), peft_config),
+        run_card=run_card(
+            script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, own_data=not check_data
+        ),
         reward_context=RewardContext(training_args.device, dict(training_args.chat_template_kwargs or {})),
     )
 
 
 __all__ = [
     "RunPlan",
-    "check_dataset_source",
     "check_enough_prompts",
     "check_run",
     "disable_hub_telemetry",
     "local_sources_only",
-    "looks_like_hub_dataset",
     "prompt_rendering",
     "upstream_departures",
     "recipe_run_identity",

@@ -7,7 +7,8 @@ the reward functions and the hand-off options. Recipes set these fields by name 
 
 from dataclasses import dataclass, field
 
-from trl import ScriptArguments
+from trl import DatasetMixtureConfig, ScriptArguments
+from trl.scripts.utils import DatasetConfig
 
 from ..data import ROLE_MODES
 from ..agent import reward as agent_reward  # noqa: F401  (registers agent_reward and agent_rule_reward in REWARDS)
@@ -20,9 +21,10 @@ _AGENT_FIELDS = {"agent_tools": None, "agent_tool_timeout": 1.0, "agent_max_turn
 
 
 @dataclass
-class GRPOScriptArguments(ScriptArguments):
+class GRPOScriptArguments(ScriptArguments, DatasetMixtureConfig):
     r"""
-    Arguments of `minimind-trl grpo` besides `MiniMindGRPOConfig` and `ModelConfig`.
+    Arguments of `minimind-trl grpo` besides `MiniMindGRPOConfig` and `ModelConfig`: TRL's script arguments and
+    dataset mixture (`datasets`, `test_split_size`; `minimind_trl.cli.run_data` reads them), and ours.
 
     Parameters:
         dataset_name (`str`):
@@ -32,7 +34,12 @@ class GRPOScriptArguments(ScriptArguments):
             Which file(s) of a folder or Hub dataset to read, e.g. `rlaif-mini.jsonl` of
             `jingyaogong/minimind_dataset`.
         dataset_max_samples (`int`, *optional*):
-            Keep only the first N rows (smoke tests, the demo). `None` keeps everything.
+            Keep only the first N rows of the training prompts, and of the held-out ones (smoke tests, the demo).
+            `None` keeps everything.
+        eval_dataset_name (`str`, *optional*):
+            Held-out prompts in a source of their own, in `dataset_name`'s format: a `.jsonl` file (read whole), a
+            folder or a Hub dataset (its `dataset_test_split` split). Evaluated on with `eval_strategy` other than
+            `no`; unset, the held-out prompts are the `dataset_test_split` split of `dataset_name` (TRL's rule).
         reward_funcs (`list[str]`):
             Reward functions, summed with `reward_weights` (a `MiniMindGRPOConfig` field, default all 1). Names:
             `format` (+0.5 for upstream's `<think>…</think><answer>…</answer>` layout), `tag_count` (+0.25 per tag
@@ -144,7 +151,16 @@ class GRPOScriptArguments(ScriptArguments):
     dataset_data_files: str | None = field(
         default=None, metadata={"help": "File(s) of a folder or Hub dataset to read (e.g. rlaif-mini.jsonl)."}
     )
-    dataset_max_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dataset rows."})
+    dataset_max_samples: int | None = field(
+        default=None, metadata={"help": "Keep only the first N rows of the training (and held-out) prompts."}
+    )
+    eval_dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out prompts in a source of their own (a .jsonl file, a folder, a Hub dataset), evaluated on "
+            "with eval_strategy; unset: the dataset_test_split split of dataset_name."
+        },
+    )
     tokenizer_name_or_path: str | None = field(
         default=None, metadata={"help": "Tokenizer folder or Hub id (required for a native .pth policy)."}
     )
@@ -182,6 +198,8 @@ class GRPOScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
+        _check_mixture_entries(self.datasets)
+        DatasetMixtureConfig.__post_init__(self)  # the recipe's `datasets:` mappings as TRL's `DatasetConfig`s
         if self.reward_model_type not in REWARD_MODEL_TYPES:
             raise ValueError(f"reward_model_type must be one of {REWARD_MODEL_TYPES}, got {self.reward_model_type!r}")
         if self.dataset_roles not in ROLE_MODES:
@@ -207,6 +225,26 @@ def _check_rollout_settings(args) -> None:
             f"system_prompt_ratio={args.system_prompt_ratio}: upstream's agent data keeps its own system turn (the "
             "one carrying the tools); set it to 0 with rollout: agent"
         )
+
+
+_MIXTURE_KEYS = tuple(DatasetConfig.__dataclass_fields__)
+
+
+def _check_mixture_entries(entries) -> None:
+    """Each `datasets:` entry a mapping of `DatasetConfig`'s keys with a `path` (TRL's would fail with a raw
+    TypeError), or a ValueError naming the entry and the key."""
+    for index, entry in enumerate(entries or []):
+        if isinstance(entry, DatasetConfig):
+            continue
+        if not isinstance(entry, dict):
+            raise ValueError(f"datasets[{index}]: expected a mapping with a path (keys {', '.join(_MIXTURE_KEYS)}), "
+                             f"got {entry!r}")
+        unknown = sorted(set(entry) - set(_MIXTURE_KEYS))
+        if unknown:
+            raise ValueError(f"datasets[{index}]: unknown key(s) {', '.join(unknown)}; a mixture entry takes "
+                             f"{', '.join(_MIXTURE_KEYS)}")
+        if not entry.get("path"):
+            raise ValueError(f"datasets[{index}]: needs a path (an RLAIF .jsonl file, a folder or a Hub dataset)")
 
 
 def _check_native_config(value) -> dict:

@@ -10,9 +10,11 @@ import json
 import logging
 import os
 
+from ..adapter_base import ADAPTER_CONFIG, could_be_hub_id, locate_recorded_base
 from ..command_flags import FlagParser
 from ..errors import MergeError
 from ..loading_utils import DTYPES, check_output_apart, check_output_folder, write_folder_atomically
+from ..path_identity import file_id
 from ..trainer.outputs.run_safety import check_writable, os_error_line
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,47 @@ def _has_tokenizer(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, "tokenizer_config.json"))
 
 
+def recorded_base(config: dict, adapter_dir: str) -> tuple[str, str]:
+    """The base model `adapter_config.json` records, found as `adapter_base.locate_recorded_base` says (in the
+    adapter's folder, then the working folder), or the recorded Hub id; and where it came from, for messages."""
+    recorded = config.get("base_model_name_or_path")
+    if not recorded:
+        raise MergeError(f"{adapter_dir}/{ADAPTER_CONFIG} names no base model; pass --base_model")
+    found, candidates = locate_recorded_base(recorded, adapter_dir)
+    if len(candidates) > 1:
+        raise MergeError(
+            f"{adapter_dir}/{ADAPTER_CONFIG} records the base model {recorded!r}, which names two folders: "
+            f"{candidates[0]} (beside the adapter) and {os.path.abspath(candidates[1])} (in the working folder); "
+            "pass the one it was trained on with --base_model"
+        )
+    if found is not None:
+        return found, ADAPTER_CONFIG
+    where = recorded if os.path.isabs(recorded) else f"{os.path.join(adapter_dir, recorded)} nor {recorded}"
+    if not could_be_hub_id(recorded):
+        raise MergeError(
+            f"{adapter_dir}/{ADAPTER_CONFIG} records the base model {recorded!r}, which is not there (neither "
+            f"{where}); pass the base it was trained on with --base_model"
+        )
+    return recorded, f"{ADAPTER_CONFIG}; not a folder here, neither {where}, so a Hub id"
+
+
+def warn_if_not_the_recorded_base(base_model: str, config: dict, adapter_dir: str) -> None:
+    """Warn when `--base_model` is not the folder (by file identity) or Hub id the adapter records."""
+    recorded = config.get("base_model_name_or_path")
+    if not recorded:
+        return
+    found, _ = locate_recorded_base(recorded, adapter_dir)
+    same = file_id(base_model) == file_id(found) if found and file_id(base_model) else base_model == recorded
+    if not same:
+        logger.warning(
+            "--base_model %s differs from the base the adapter was trained on (%s, in %s); the merge is only "
+            "meaningful if they hold the same weights",
+            base_model,
+            found or recorded,
+            ADAPTER_CONFIG,
+        )
+
+
 def merge_lora(
     adapter_dir: str, output_dir: str, base_model: str | None = None, dtype: str = "float32", force: bool = False
 ):
@@ -55,28 +98,26 @@ def merge_lora(
     from ..models.minimind.tokenization_minimind import portable_tokenizer
 
     config = read_adapter_config(adapter_dir)
-    base = base_model or config.get("base_model_name_or_path")
-    if not base:
-        raise MergeError(f"{adapter_dir}/adapter_config.json names no base model; pass --base_model")
-    if not os.path.exists(base) and (os.path.isabs(base) or base.startswith(".")):
-        raise MergeError(
-            f"base model {base} (from {'--base_model' if base_model else 'adapter_config.json'}) does not exist"
-        )
+    base, source = (base_model, "--base_model") if base_model else recorded_base(config, adapter_dir)
+    if not os.path.exists(base) and not could_be_hub_id(base):
+        raise MergeError(f"base model {base} (from {source}) does not exist")
     if dtype not in DTYPES:
         raise MergeError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    recorded = config.get("base_model_name_or_path")
-    if base_model and recorded and os.path.normpath(base_model) != os.path.normpath(recorded):
-        logger.warning(
-            "--base_model %s differs from the base the adapter was trained on (%s, in adapter_config.json); the "
-            "merge is only meaningful if they hold the same weights",
-            base_model,
-            recorded,
-        )
+    if base_model:
+        warn_if_not_the_recorded_base(base_model, config, adapter_dir)
     check_output_apart(output_dir, [adapter_dir, base], MergeError, "output_dir")
     check_output_folder(output_dir, force, MergeError, "output_dir")
     check_writable(output_dir, MergeError, "output_dir")
 
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype])
+    try:  # a Hub id offline or not there, a folder that is not a model: one line, never the Hub's own traceback
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype])
+        tokenizer_source = adapter_dir if _has_tokenizer(adapter_dir) else base
+        tokenizer = portable_tokenizer(AutoTokenizer.from_pretrained(tokenizer_source))
+    except (OSError, ValueError) as exc:
+        raise MergeError(
+            f"cannot load the base model {base} (from {source}): {str(exc).strip().splitlines()[0]}; pass the base "
+            "the adapter was trained on with --base_model"
+        ) from exc
     try:
         merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     except (RuntimeError, ValueError, KeyError) as exc:  # shapes or target modules of another base model
@@ -85,7 +126,6 @@ def merge_lora(
             "pass the base it was trained on with --base_model"
         ) from exc
     merged.config._name_or_path = output_dir
-    tokenizer = portable_tokenizer(AutoTokenizer.from_pretrained(adapter_dir if _has_tokenizer(adapter_dir) else base))
 
     def write(folder):
         merged.save_pretrained(folder)

@@ -25,7 +25,7 @@ DEMO_OUTPUTS = re.compile(
 def prepare_output_dir(output_dir: Path) -> None:
     """Create `output_dir`; in an earlier demo run's folder, replace what the demo wrote, and refuse when anything
     else is there (files someone added since): never delete what the demo did not write."""
-    from ..trainer.outputs.run_safety import LOCK_NAME, output_dir_lock
+    from ..trainer.outputs.run_lock import LOCK_NAME, output_dir_lock
 
     try:
         if output_dir.exists() and any(output_dir.iterdir()) and not (output_dir / RUN_MARKER).is_file():

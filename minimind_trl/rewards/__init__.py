@@ -7,7 +7,7 @@
 * `scorers`: reward models behind one batched `score(conversations)` interface;
 * `registry`: the one table of reward names recipes pick from.
 
-The names below are the public API (`from minimind_trl.rewards import format_reward, RewardModelReward`).
+The names below are the public API (`from minimind_trl.rewards import format_reward, InternLM2Scorer`).
 """
 
 from .minimind3_rewards import (
@@ -40,18 +40,21 @@ from .rule_rewards import (
     format_reward,
     tag_count_reward,
 )
+from .scorers import InternLM2Scorer, SequenceClassifierScorer
 
 __all__ = [
     "ANSWER_PATTERN",
     "AnswerRewardModelReward",
     "FORMAT_PATTERNS",
     "FORMAT_REWARD",
+    "InternLM2Scorer",
     "TAG_REWARD",
     "REASONING_TAGS",
     "TURN_PATTERN",
     "Conversation",
     "RewardModelReward",
     "Scorer",
+    "SequenceClassifierScorer",
     "clip_score",
     "completion_text",
     "folded_question",

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import RewardSpecError
-from ..loading_utils import import_function, looks_local, whole_model_loading
+from ..loading_utils import import_function, is_import_spec, looks_local, whole_model_loading
 from .minimind3_rewards import AnswerRewardModelReward, length, repetition_penalty, think_close_count, thinking_length
 from .reward_model import RewardModelReward
 from .rule_rewards import format_reward, tag_count_reward
@@ -241,12 +241,6 @@ def reward_model_rewards() -> tuple[str, ...]:
     return tuple(name for name, entry in REWARDS.items() if entry.scores_with_reward_model)
 
 
-def __getattr__(name: str):
-    if name == "REWARD_MODEL_REWARDS":  # its earlier name, a constant: derived now, as the table can grow
-        return reward_model_rewards()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def without_reward_model(names: list[str], weights: list[float] | None):
     """A recipe's rewards for a run without its reward model: each reward that scores with it replaced by its
     rule-only form (`RewardEntry.rule_only`: `agent_reward` -> `agent_rule_reward`) or dropped with its weight.
@@ -279,11 +273,7 @@ def register_reward(name: str, entry: RewardEntry) -> None:
 
 def import_reward_function(spec: str) -> Callable:
     """`package.module:function` or `package.module.function` -> the callable."""
-    return import_function(spec, "reward function", RewardSpecError)
-
-
-def _is_import_spec(name: str) -> bool:
-    return ":" in name or "." in name
+    return import_function(spec, "reward_funcs", RewardSpecError)
 
 
 def check_reward_specs(script_args, training_args) -> None:
@@ -294,7 +284,7 @@ def check_reward_specs(script_args, training_args) -> None:
     for name in names:
         if name in REWARDS:
             continue
-        if _is_import_spec(name):
+        if is_import_spec(name):
             import_reward_function(name)
             continue
         close = difflib.get_close_matches(name, REWARDS, n=1)

@@ -3,13 +3,13 @@
 * `grpo_config`: `MiniMindGRPOConfig`, upstream's defaults and MiniMind's switches;
 * `grpo_trainer`: `MiniMindGRPOTrainer` (rollouts, rewards, advantages, loss, checkpoints, model card);
 * `trl_overrides`: what is substituted inside TRL's constructor;
-* `algorithm/`: the registries a recipe picks by name (`advantages`, `policy_losses`, `loss_aggregation`, their
-  common `seams` and a config's `seam_choice`) holding both upstream generations' arithmetic, and DAPO's
-  `dynamic_sampling`;
+* `algorithm/`: the registries a recipe picks by name (`advantages`, `policy_losses` with the `loss_kwargs` a loss
+  declares, `loss_aggregation`, their common `seams` and a config's `seam_choice`) holding both upstream
+  generations' arithmetic, and DAPO's `dynamic_sampling`;
 * `speed/`: the lean sampler (`fast_sampling`, `decode_kernel`), the completion-only log-prob head
   (`fast_logprobs`), bf16 or fp32 on CPU (`cpu_precision`), each prompt once per group (`prompt_sharing`);
-* `outputs/`: the output folder and its lock (`output_dir`, `run_safety`), crash-safe checkpoints and resume
-  (`checkpointing`, `checkpointed_training`, `run_identity`), the model card (`model_card`);
+* `outputs/`: the output folder, its lock and the resume checks (`output_dir`, `run_lock`, `run_safety`), crash-safe
+  checkpoints and resume (`checkpointing`, `checkpointed_training`, `run_identity`), the model card (`model_card`);
 * `rollouts/`: vLLM (`vllm_rollouts`) and the agent's tool-loop checks (`tool_loop_checks`);
 * `checks/`: numeric ranges (`config_ranges`), optional packages (`extras`), models and reward functions
   (`reward_checks`).

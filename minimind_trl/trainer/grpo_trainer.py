@@ -86,7 +86,8 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         if not isinstance(args, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(args).__name__}")
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *trl_args, **trl_kwargs)
-        settings = trainer_settings(model, args, bound.arguments.get("train_dataset"))  # checked and derived once
+        datasets = bound.arguments.get("train_dataset"), bound.arguments.get("eval_dataset")
+        settings = trainer_settings(model, args, *datasets)  # checked and derived once
         peft_config = bound.arguments.get("peft_config")
         uses_peft = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
         reference = None
@@ -118,7 +119,8 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         self._sampler = self._fast_sampler()
         self.run_card = run_card if run_card is not None else self._default_run_card(model, peft_config)
         known = trainer_run_identity(
-            model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset, self.rollout_func
+            model, reward_funcs, self.reward_func_names, self.processing_class, self.train_dataset, self.rollout_func,
+            self.eval_dataset if args.eval_strategy != "no" else None,
         ) | settings.seam_identity
         self.run_identity = {**known, **(run_identity or {})}
         tokenizer = getattr(self.processing_class, "name_or_path", None)

@@ -107,5 +107,73 @@ def test_the_documented_row_offers_the_documented_tool(tmp_path, monkeypatch):
     check_offered_tools(dataset, toolbox, str(data))
     outcome = toolbox.run_call({"name": "word_count", "arguments": {"text": "the quick brown fox"}})
     assert outcome.error is None and outcome.result == 4
-    with pytest.raises(RecipeError, match="offer tools agent_tools does not run: 'word_count' \\(rows 0 of 1\\)"):
+    with pytest.raises(RecipeError, match="offer tools agent_tools does not run: 'word_count' \\(row 0 of 1\\)"):
         check_offered_tools(dataset, load_toolbox(None, timeout=None), str(data))
+
+
+def calculate_math_schema(**changes) -> dict:
+    """The mock's own schema with `changes` applied to its function entry (None removes a key)."""
+    import copy
+
+    from minimind_trl.agent.mock_tools import SCHEMAS
+
+    schema = copy.deepcopy(SCHEMAS["calculate_math"])
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        node = schema["function"]
+        for parent in parents:
+            node = node[parent]
+        if value is None:
+            node.pop(key)
+        else:
+            node[key] = value
+    return schema
+
+
+@pytest.mark.parametrize("changes, difference", [
+    ({"parameters__properties__expression__type": "integer"},
+     'function.parameters.properties.expression.type is "integer" in the data, "string" in the toolbox'),
+    ({"parameters__required": []}, 'function.parameters.required is [] in the data, ["expression"] in the toolbox'),
+    ({"parameters__properties__precision": {"type": "integer"}},
+     'function.parameters.properties.precision is {"type": "integer"} in the data, absent in the toolbox'),
+    ({"parameters": None}, "function.parameters.properties.expression is absent in the data"),
+    ({"parameters__properties__expression__enum": ["1+1"]}, "function.parameters.properties.expression.enum is"),
+    ({"strict": True}, "function.strict is true in the data, absent in the toolbox"),
+], ids=["a type", "required", "an extra argument", "no parameters", "an enum", "another key"])
+def test_a_row_offering_a_tool_with_another_schema_is_refused_naming_the_rows_and_the_difference(
+        tmp_path, changes, difference):
+    from datasets import Dataset
+
+    from minimind_trl.agent.mock_tools import SCHEMAS
+    from minimind_trl.agent.recipe import check_offered_tools
+    from minimind_trl.agent.tools import load_toolbox
+
+    rows = [[SCHEMAS["calculate_math"]], [calculate_math_schema(**changes)], [calculate_math_schema(**changes)]]
+    dataset = Dataset.from_dict({"tools": [json.dumps(tools) for tools in rows]})
+    toolbox = load_toolbox(["calculate_math"], timeout=None)
+    with pytest.raises(RecipeError) as refused:
+        check_offered_tools(dataset, toolbox, "agent.jsonl")
+    message = str(refused.value)
+    assert message.startswith("agent.jsonl: its rows offer tools of agent_tools with schemas other than the tools' own:"
+                              " 'calculate_math' (rows 1, 2 of 3: ")
+    assert difference in message
+
+
+def test_description_texts_may_differ_but_a_property_named_description_may_not():
+    from minimind_trl.agent.mock_tools import SCHEMAS
+    from minimind_trl.agent.tools import schema_difference
+
+    own = SCHEMAS["calculate_math"]
+    reworded = calculate_math_schema(description="Evaluate an arithmetic expression",
+                                     parameters__properties__expression__description="what to evaluate")
+    assert schema_difference(reworded, own) is None
+    required_reordered = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["b", "a"]}}}
+    required_in_order = json.loads(json.dumps(required_reordered).replace('["b", "a"]', '["a", "b"]'))
+    assert schema_difference(required_reordered, required_in_order) is None
+    named = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"description": {"type": "string"}}, "required": ["description"]}}}
+    renamed = json.loads(json.dumps(named).replace('"description": {"type": "string"}', '"text": {"type": "string"}'))
+    assert "properties.description is" in schema_difference(named, renamed)
+    no_arguments = {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}
+    assert schema_difference({"type": "function", "function": {"name": "now"}}, no_arguments) is None

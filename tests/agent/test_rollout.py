@@ -237,11 +237,13 @@ def test_a_turn_cap_outside_1_to_64_is_refused(max_turns):
         AgentRollout(Toolbox(), max_turns=max_turns)
 
 
-def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, caplog):
-    """Issue 42: 20 calls in one turn grew the next context from 486 to 28,084 tokens."""
+@pytest.mark.parametrize("calls, cap, answered", [(20, 3000, 4), (900, 8192, 10)])
+def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, caplog, calls, cap, answered):
+    """20 calls in one turn grew the next context from 486 to 28,084 tokens; with the cap, 900 calls left 898 empty
+    tool messages. The calls past the cap are neither run nor answered, and counted."""
     prompt = [{"role": "system", "content": "tools"}, {"role": "user", "content": "2+3?"}]
-    call = '<tool_call>{"name": "calculate_math", "arguments": {"expression": "7**1000"}}</tool_call>'
-    turns = [tokenizer(call * 20, add_special_tokens=False)["input_ids"] + [EOS],
+    call = '<tool_call>{"name": "calculate_math", "arguments": {"expression": "7**1000"}}</tool_call>'  # 860 chars
+    turns = [tokenizer(call * calls, add_special_tokens=False)["input_ids"] + [EOS],
              tokenizer("5", add_special_tokens=False)["input_ids"] + [EOS]]
     seen = []
 
@@ -249,20 +251,33 @@ def test_one_turns_tool_output_is_capped_before_the_next_generation(tokenizer, c
         seen.append(contexts[0])
         return [turns[len(seen) - 1]], None
 
-    rollout = AgentRollout(Toolbox(), max_tool_output=3000)
+    rollout = AgentRollout(Toolbox(), max_tool_output=cap)
+    run_call, ran = rollout.toolbox.run_call, []
+    rollout.toolbox.run_call = lambda value: ran.append(value) or run_call(value)
     transcript = rollout.start(tokenizer, prompt, False, {})
     with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
         rollout.run([transcript], tokenizer, engine, {})
-    tool_text = "".join(m["content"] for m in transcript.messages if m["role"] == "tool")
-    assert len(tool_text) == 3000 and len(transcript.messages) == 2 + 1 + 20
-    assert "over agent_max_tool_output=3000" in caplog.text
-    uncapped = AgentRollout(Toolbox(), max_tool_output=None).capped(["x" * 2048] * 20)
-    assert sum(map(len, uncapped)) == 20 * 2048
+    tool_messages = [m["content"] for m in transcript.messages if m["role"] == "tool"]
+    assert len("".join(tool_messages)) == cap and len(tool_messages) == answered == len(ran)
+    assert all(tool_messages)  # no empty tool message
+    assert (transcript.tool_calls, transcript.tool_calls_unanswered) == (calls, calls - answered)
+    assert f"agent_max_tool_output={cap} characters after {answered} of its {calls} calls" in caplog.text
+    assert f"the {calls - answered} calls after it are not run nor answered" in caplog.text
+    contents, failures = AgentRollout(Toolbox(), max_tool_output=None).run_calls([json.loads(call[11:-12])] * 20)
+    assert len(contents) == 20 and sum(map(len, contents)) == 20 * 860 and failures == 0
 
 
-def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, caplog):
-    """Issue 42: from Python (no recipe check) such a tool trained silently, every call scored invalid."""
-    schema = {"type": "function", "function": {"name": "search_web", "parameters": {"type": "object"}}}
+@pytest.mark.parametrize("name, parameters, warning", [
+    ("search_web", {"type": "object"}, "the prompts offer 'search_web', which the toolbox"),
+    ("calculate_math", {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
+     "the prompts offer 'calculate_math' with a schema other than the toolbox's: "
+     "function.parameters.properties.expression is absent in the data"),
+], ids=["a tool it lacks", "another schema"])
+def test_a_prompt_offering_a_tool_the_toolbox_does_not_run_as_shown_is_warned_once(tokenizer, caplog, name,
+                                                                                   parameters, warning):
+    """From Python (no recipe check) such a tool trained silently: every call scored invalid, or the model was shown
+    arguments the tool does not take."""
+    schema = {"type": "function", "function": {"name": name, "parameters": parameters}}
     prompt = [{"role": "system", "content": "tools", "tools": json.dumps([schema])}, {"role": "user", "content": "q"}]
 
     def engine(contexts):
@@ -272,7 +287,7 @@ def test_a_prompt_offering_a_tool_the_toolbox_lacks_is_warned_once(tokenizer, ca
     with caplog.at_level("WARNING", logger="minimind_trl.agent.rollout"):
         for _ in range(2):
             rollout.run([rollout.start(tokenizer, prompt, False, {})], tokenizer, engine, {})
-    assert caplog.text.count("the prompts offer 'search_web', which the toolbox") == 1
+    assert caplog.text.count(warning) == 1
 
 
 def test_processes_generating_together_all_stop_once_no_process_has_a_rollout_going(tokenizer):

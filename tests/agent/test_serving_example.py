@@ -78,6 +78,25 @@ def test_a_written_call_renders_back_as_the_rollout_built_it(example):
     assert rendered == rollout
 
 
+def test_blocks_that_are_not_calls_never_reach_the_template(example):
+    """`<tool_call>42` (or a list, or arguments that are not an object) made the template raise `TypeError`; the
+    block's `tool_turns` render the well-formed call alone."""
+    from transformers import AutoTokenizer
+
+    namespace, _, folder = example
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    toolbox = load_toolbox([task.TOOL])
+    junk = "".join(f"<tool_call>{block}</tool_call>" for block in
+                   ("42", "[1, 2]", "null", '"calculate_math"', '{"name": "calculate_math", "arguments": [1]}'))
+    prompt = [{"role": "system", "content": task.SYSTEM_PROMPT}, {"role": "user", "content": "计算 37+48"}]
+    rendered = []
+    for turn in (CALL + junk, junk + CALL, CALL):
+        calls, follow = namespace["tool_turns"](turn, toolbox)
+        assert calls == [{"name": "calculate_math", "arguments": {"expression": "37+48"}}]
+        rendered.append(tokenizer.apply_chat_template(prompt + follow, tools=namespace["TOOLS"], tokenize=False))
+    assert rendered[0] == rendered[1] == rendered[2]
+
+
 def test_the_saved_folder_carries_what_a_server_needs(example):
     """A chat template that renders `tools`, `<tool_call>`/`</tool_call>` as single tokens that decoding keeps, and
     `<|im_end|>` as the generation config's EOS (where a served turn stops)."""

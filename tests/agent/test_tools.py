@@ -55,6 +55,27 @@ def undocumented(x):
     return x
 
 
+def sleep_for(arguments) -> None:
+    """A `Tool` run: sleeps for `arguments["seconds"]`."""
+    time.sleep(arguments["seconds"])
+
+
+def an_object(arguments) -> dict:
+    """A `Tool` run whose result JSON cannot hold."""
+    return {"value": object()}
+
+
+def circular(arguments) -> list:
+    """A `Tool` run whose result holds itself."""
+    result = []
+    result.append(result)
+    return result
+
+
+def accept(arguments) -> bool:
+    return True
+
+
 def test_observation_text_is_upstreams():
     assert observation_text({"result": "九"}) == '{"result": "九"}'  # non-ASCII kept
     assert observation_text(None) == TOOL_NOT_FOUND == '{"error": "tool not found"}'
@@ -70,16 +91,11 @@ def test_a_tool_that_raises_gives_an_error_observation():
 
 
 def test_a_tool_that_hangs_gives_an_error_observation_after_the_timeout():
-    release = threading.Event()
-    hanging = Tool("hang", lambda arguments: release.wait(60), {"type": "function", "function": {"name": "hang"}},
-                   lambda arguments: True)  # fmt: skip
+    hanging = Tool("hang", sleep_for, {"type": "function", "function": {"name": "hang"}}, accept)
     toolbox = Toolbox([hanging, tool_from_function(add)], timeout=0.2)
-    started = time.monotonic()
-    outcome = toolbox.execute("hang", {})
-    assert time.monotonic() - started < 30  # it returned, abandoning the thread (the exact time is not asserted)
+    outcome = toolbox.execute("hang", {"seconds": 60})
     assert outcome.observation == TOOL_NOT_FOUND and "timed out" in outcome.error
     assert toolbox.execute("add", {"a": 1, "b": 2}).observation == "3"  # the next call still runs
-    release.set()
 
 
 def test_the_timeout_works_off_the_main_thread():
@@ -93,21 +109,20 @@ def test_the_timeout_works_off_the_main_thread():
 
 
 def test_a_result_json_cannot_hold_gives_an_error_observation():
-    toolbox = Toolbox([Tool("obj", lambda a: {"value": object()}, {}, lambda a: True)])
-    outcome = toolbox.execute("obj", {})
-    assert outcome.observation == TOOL_NOT_FOUND and "JSON" in outcome.error
-    circular = []
-    circular.append(circular)
-    assert Toolbox([Tool("loop", lambda a: circular, {}, lambda a: True)]).execute("loop", {}).result is None
+    for timeout in (None, 5):  # in the caller's thread, and through the worker's pipe
+        toolbox = Toolbox([Tool("obj", an_object, {}, accept), Tool("loop", circular, {}, accept)], timeout=timeout)
+        outcome = toolbox.execute("obj", {})
+        assert outcome.observation == TOOL_NOT_FOUND and "JSON" in outcome.error
+        assert toolbox.execute("loop", {}).result is None
 
 
 def test_run_call_reads_parsed_calls_as_upstreams_rollout():
     toolbox = Toolbox()
     assert toolbox.run_call({"name": "calculate_math", "arguments": '{"expression": "6*7"}'}).result == {"result": "42"}
     assert toolbox.run_call({"name": "get_current_time"}).result["timezone"] == "Asia/Shanghai"  # arguments: {}
-    for call in ([1, 2], 42, "calculate_math", None):  # upstream's rollout raised on these
-        outcome = toolbox.run_call(call)
-        assert (outcome.result, outcome.observation) == (None, TOOL_NOT_FOUND)
+    for call in ([1, 2], 42, "calculate_math", None, {"name": "calculate_math", "arguments": [1]}):
+        outcome = toolbox.run_call(call)  # upstream's rollout raised on these: not a call
+        assert (outcome.result, outcome.observation) == (None, TOOL_NOT_FOUND) and "not a" in outcome.error
     assert toolbox.run_call({"name": ["unhashable"]}).observation == TOOL_NOT_FOUND
 
 

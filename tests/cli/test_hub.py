@@ -1,5 +1,7 @@
 """`--push_to_hub`: what reaches the Hub (intercepted at huggingface_hub's upload API; no network) and the
-model card; the pushed folder loads without minimind-trl."""
+model card; the pushed folder loads without minimind-trl. A Hub that cannot be reached stops the run before any
+model loads, in one line; one that refuses the uploads (a local stand-in at HF_ENDPOINT) leaves every local output
+complete, each failed push reported once, a summary, and exit status 3."""
 
 import json
 import os
@@ -11,13 +13,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from conftest import free_port
+from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from hub_stand_in import HubStandIn, in_process_hub
 from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 from huggingface_hub.utils._paths import DEFAULT_IGNORE_PATTERNS
 
+from minimind_trl.errors import PUSH_FAILED_EXIT_CODE
 from minimind_trl.grpo import main
 from minimind_trl.cli.hub import PushCheckError, check_push_folder
+from minimind_trl.hub_uploads import OUTPUT_FOLDER_IGNORE
+from minimind_trl.trainer.outputs.output_dir import FinalOutputs
 from minimind_trl.trainer.outputs.model_card import final_metrics
 
 HUB_ID = "someone/minimind-grpo-tiny"
@@ -64,7 +71,8 @@ class FakeHub:
             shutil.copy(folder / name, snapshot / name)
         self.uploads.append(
             SimpleNamespace(
-                repo_id=repo_id, folder=str(folder), path_in_repo=path_in_repo or "", files=sent, snapshot=snapshot
+                repo_id=repo_id, folder=str(folder), path_in_repo=path_in_repo or "", files=sent, snapshot=snapshot,
+                ignore_patterns=ignore_patterns,
             )
         )
         if kwargs.get("run_as_future"):
@@ -103,7 +111,7 @@ def pushed(tmp_path_factory):
 
 
 def test_final_push_sends_exactly_the_model_tokenizer_card_and_code(pushed):
-    assert pushed.hub.repos == [HUB_ID]
+    assert set(pushed.hub.repos) == {HUB_ID}  # made before any model loaded, found again by the Trainer
     final = pushed.final
     assert final.repo_id == HUB_ID and final.folder == str(pushed.out) and final.path_in_repo == ""
     assert set(final.files) == FINAL_FILES
@@ -113,6 +121,8 @@ def test_final_push_sends_exactly_the_model_tokenizer_card_and_code(pushed):
 
 
 def test_checkpoints_are_pushed_from_their_final_folder_only(pushed):
+    model_pushes = [upload for upload in pushed.hub.uploads[:-1] if upload.path_in_repo == ""]
+    assert model_pushes and all(upload.ignore_patterns == OUTPUT_FOLDER_IGNORE for upload in model_pushes)  # as ours
     checkpoint_pushes = [upload for upload in pushed.hub.uploads if upload.path_in_repo == "last-checkpoint"]
     assert [Path(upload.folder).name for upload in checkpoint_pushes] == ["checkpoint-1", "checkpoint-2"]
     for upload in checkpoint_pushes:
@@ -205,3 +215,97 @@ def test_final_metrics_take_the_last_logged_step():
         "train_runtime": 5.0,
         "train_loss": 0.2,
     }
+
+
+# --------------------------------------------------------------------------- a Hub that cannot be reached or refuses
+
+UNREACHABLE = {  # how the Hub fails: (stand-in or not, in-process settings, what the one line says)
+    "offline mode": (None, "offline mode is on (HF_HUB_OFFLINE=1). Unset HF_HUB_OFFLINE to reach it"),
+    "no connection": ("closed port", "ConnectError: [Errno 111] Connection refused. Check the network and HF_ENDPOINT"),
+    "creation refused": (401, "HTTP 401: stand-in Hub: you may not create it. Log in with a token that may write"),
+}
+
+
+@pytest.mark.parametrize("failure", list(UNREACHABLE))
+def test_an_unreachable_hub_stops_the_run_before_any_model_loads(failure, tmp_path, monkeypatch, capsys):
+    from transformers import PreTrainedModel
+
+    kind, expected = UNREACHABLE[failure]
+    policy = build_tiny_policy(tmp_path / "policy")
+    recipe = tiny_recipe(tmp_path, policy, write_rlaif(tmp_path / "rlaif.jsonl"), push_to_hub=True, hub_model_id=HUB_ID)
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("a model loaded")))
+    with HubStandIn(create_status=kind if isinstance(kind, int) else 200) as hub:
+        endpoint = {None: None, "closed port": f"http://127.0.0.1:{free_port()}"}.get(kind, hub.endpoint)
+        in_process_hub(monkeypatch, endpoint, offline=kind is None)
+        code = main(["--config", str(recipe)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    shown = endpoint or "https://huggingface.co"
+    assert line.startswith(f"minimind-trl grpo: error: push_to_hub: the Hugging Face Hub ({shown}) could not create or "
+                           f"find the repository {HUB_ID}: {expected}")  # fmt: skip
+    assert line.endswith("or train without --push_to_hub and push the output folder afterwards (minimind-trl push)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_hub_model_id_is_refused_before_the_hub_is_asked(tmp_path, capsys):
+    recipe = tiny_recipe(tmp_path, tmp_path / "policy", tmp_path / "data.jsonl", push_to_hub=True)
+    build_tiny_policy(tmp_path / "policy")
+    write_rlaif(tmp_path / "data.jsonl")
+    assert main(["--config", str(recipe), "--hub_model_id", "someone/two/slashes"]) == 2
+    assert "error: hub_model_id 'someone/two/slashes' is not a Hub repository id" in capsys.readouterr().err
+
+
+def test_a_hub_that_refuses_uploads_leaves_every_local_output_and_exits_3(tmp_path):
+    """A real user's run against a Hub that makes the repository and refuses every upload: the checkpoints' background
+    pushes and the final push each fail once, visibly, and nothing local is lost."""
+    policy = build_tiny_policy(tmp_path / "policy")
+    recipe = tiny_recipe(
+        tmp_path, policy, write_rlaif(tmp_path / "rlaif.jsonl", PROMPTS[:4]), save_strategy="steps", save_steps=1,
+        save_native_pth=True, push_to_hub=True, hub_model_id=HUB_ID, hub_strategy="checkpoint", hub_always_push=True,
+    )  # fmt: skip
+    with HubStandIn(status=403) as hub:
+        result = subprocess.run(
+            [sys.executable, "-m", "minimind_trl.grpo", "--config", str(recipe)],
+            env=subprocess_env(HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_TOKEN="hf_stand_in"),
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+        )  # fmt: skip
+    assert result.returncode == PUSH_FAILED_EXIT_CODE, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    out = tmp_path / "out"
+    assert FinalOutputs.found_in(str(out)).missing(save_native_pth=True) == []
+    for checkpoint in ("checkpoint-1", "checkpoint-2"):
+        assert {"model.safetensors", "trainer_state.json", "grpo_32.pth"} <= set(os.listdir(out / checkpoint))
+    assert not (out / "_staging").exists() and not (out / "_minimind_run.lock").exists()
+
+    failed = [line for line in result.stderr.splitlines() if " failed: HTTP 403: stand-in Hub: uploads are refused" in line]
+    pushes = [line.split("the push of ")[1].split(f" to {HUB_ID}")[0] for line in failed]
+    assert sorted(pushes) == sorted([  # each push reported once
+        "the model of checkpoint-1", "checkpoint-1 itself", "the model of checkpoint-2", "checkpoint-2 itself",
+        f"the final model in {out}",
+    ])  # fmt: skip
+    assert len(hub.uploads()) >= len(pushes) and hub.created() >= 1
+    summary = result.stderr.strip().splitlines()[-1]
+    assert summary == (
+        f"minimind-trl grpo: training finished and its outputs are complete in {out}, but 5 push(es) to {HUB_ID} on "
+        f"the Hub ({hub.endpoint}) failed (each one is reported above). Push the folder once the Hub is reachable: "
+        f"minimind-trl push {out} --hub_model_id {HUB_ID}"
+    )
+
+
+def test_a_finished_folder_people_could_not_load_is_a_failed_push_not_an_upload(tmp_path, monkeypatch):
+    from minimind_trl.cli import grpo
+    from minimind_trl.hub_uploads import HubPushes
+
+    out = build_tiny_policy(tmp_path / "out")
+    os.remove(out / "tokenizer.json")
+    monkeypatch.setattr(grpo, "upload_output_folder", lambda *a, **k: pytest.fail("an incomplete folder was uploaded"))
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(output_dir=str(out), hub_token=None, hub_revision=None, push_to_hub=True),
+        hub_model_id=HUB_ID, hub_pushes=HubPushes(HUB_ID), is_world_process_zero=lambda: True,
+    )  # fmt: skip
+    grpo.push_final(trainer)
+    (failure,) = trainer.hub_pushes.failures
+    assert f"the push of the final model in {out} to {HUB_ID}" in failure
+    assert failure.endswith("PushCheckError: " + f"{out} lacks ['tokenizer.json']; refusing to push an incomplete model")
+    assert grpo.push_summary(trainer).startswith(f"training finished and its outputs are complete in {out}, but 1 push")

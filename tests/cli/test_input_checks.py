@@ -8,23 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from grpo_fixtures import build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from grpo_fixtures import build_tiny_policy, hold_lock, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.errors import DemoError, OutputDirError, RecipeError
 from minimind_trl.grpo import parse_args
-from minimind_trl.trainer.outputs.run_safety import LOCK_NAME
-
-# Holds the output folder's lock (as a running demo or `minimind-trl grpo` does) until stdin closes.
-HOLD_LOCK = """
-import sys
-from minimind_trl.trainer.outputs.run_safety import output_dir_lock
-with output_dir_lock(sys.argv[1]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
+from minimind_trl.trainer.outputs.run_lock import LOCK_NAME
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -86,6 +76,52 @@ def test_well_typed_values_pass(tiny, tmp_path):
     assert training_args.num_iterations == 1 and model_args.use_peft is False
 
 
+
+# --------------------------------------------------------------------------- names a recipe imports
+
+# every recipe key whose value may be a `module:function` (or `module:ClassName`), with what it needs beside it
+IMPORTED_KEYS = {
+    "reward_funcs": [],
+    "loss_type": [],
+    "advantage_estimator": [],
+    "loss_aggregation": ["--loss_type", "minimind3_cispo"],
+    "agent_tools": ["--rollout", "agent"],
+    "callbacks": [],
+}
+BAD_NAMES = {
+    ".recipe_names_mod:f": "a relative module name",
+    "../recipe_names_mod:f": "a file path, not a module name",
+    "recipe_names_mod:f:extra": "more than one ':'",
+    "recipe_names_exits:f": "importing module 'recipe_names_exits' called sys.exit(0)",
+    "recipe_names_raises:f": "importing module 'recipe_names_raises' raised ImportWarning",
+    "minimind_trl.trainer.policy_losses:minimind3_cispo":
+        "(did you mean 'minimind_trl.trainer.algorithm.policy_losses'?)",
+}
+
+
+# each key with a module that ends the process at import, and one other bad name in turn (tests/test_loading_utils.py
+# runs every kind of bad name through the resolver these keys share)
+KEY_AND_BAD_NAME = [
+    (key, value) for index, key in enumerate(IMPORTED_KEYS)
+    for value in ("recipe_names_exits:f", [name for name in BAD_NAMES if "exits" not in name][index % 5])
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key, value", KEY_AND_BAD_NAME)
+def test_every_imported_name_that_cannot_be_used_is_one_line_naming_key_and_value(tiny, tmp_path, monkeypatch, capsys,
+                                                                                key, value):
+    (tmp_path / "recipe_names_mod.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "recipe_names_exits.py").write_text("import sys\nsys.exit(0)\n")
+    (tmp_path / "recipe_names_raises.py").write_text("raise ImportWarning('not an ImportError')\n")
+    monkeypatch.chdir(tmp_path)
+    for module in ("recipe_names_mod", "recipe_names_exits", "recipe_names_raises"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    path = tiny_recipe(tmp_path, *tiny)
+    assert cli(["grpo", "--config", str(path), *IMPORTED_KEYS[key], f"--{key}", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("minimind-trl grpo: error: ") and f"{key} {value!r}: " in err and BAD_NAMES[value] in err, err
+
+
 # --------------------------------------------------------------------------- the demo's output folder
 
 
@@ -128,7 +164,7 @@ def test_the_demo_replaces_only_its_own_earlier_outputs(tmp_path):
 PREPARE_DEMO_FOLDER = """
 import sys
 from pathlib import Path
-from minimind_trl.cli.demo_output_dir import prepare_output_dir
+from minimind_trl.demos.output_dir import prepare_output_dir
 prepare_output_dir(Path(sys.argv[1]))
 print("prepared", flush=True)
 sys.stdin.read()
@@ -153,10 +189,7 @@ def test_the_demo_holds_its_folder_until_it_exits_and_then_removes_the_lock_file
 
 def test_a_second_demo_into_a_running_demos_folder_deletes_nothing(tmp_path):
     folder = earlier_demo_run(tmp_path / "out")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
+    holder = hold_lock(folder)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(OutputDirError, match=f"in use by the run of pid {holder.pid}"):

@@ -125,12 +125,18 @@ SHOWN_BY = {
     "resume_from_checkpoint": "tests/trainer/test_resume.py", "model_name_or_path": "tests/cli/test_grpo_cli.py",
     "dataset_name": "tests/cli/test_grpo_cli.py",
     "ddp_backend": "tests/trainer/test_fsdp_launch.py",  # a launched run's: one process has no process group to name
+    "dataset_test_split": "tests/cli/test_evaluation.py", "datasets": "tests/cli/test_run_data.py",
+    "test_split_size": "tests/cli/test_run_data.py", "eval_strategy": "tests/cli/test_evaluation.py",
+    "eval_steps": "tests/cli/test_evaluation.py", "per_device_eval_batch_size": "tests/cli/test_shipped_recipes.py",
+    "num_generations_eval": "tests/cli/test_evaluation.py", "eval_dataset_name": "tests/cli/test_evaluation.py",
 }  # fmt: skip
 
 # option: the flags that make it refused (in the context where it cannot act; a dict: recipe keys, for values the
 # command line cannot give), and what the one line says
 REFUSALS = {
-    "dataset_config": (["--dataset_config", "zh"], "MiniMind's data has no configurations"),
+    "dataset_config": (["--dataset_config", "zh"], "RLAIF data has no configurations"),
+    "dataset_streaming": (["--dataset_streaming", "true"], "every row is read and checked before training"),
+    "streaming": (["--streaming", "true"], "every row is read and checked before training"),
     "ignore_bias_buffers": (["--ignore_bias_buffers", "true"], "no GRPO script reads it"),
     "label_smoothing_factor": (["--label_smoothing_factor", "0.1"], "the Trainer's label loss"),
     "label_names": (["--label_names", "labels"], "the Trainer's label loss"),
@@ -249,30 +255,26 @@ def test_an_option_reaches_the_arguments_the_run_is_built_from(option, tmp_path)
 
 
 @pytest.mark.parametrize("option", sorted(REFUSALS))
-def test_a_refused_option_is_one_line_naming_it_before_any_model_loads(option, tmp_path, capsys, sources):
+def test_a_refused_option_is_one_line_naming_it_before_any_model_loads(option, sources, tmp_path, capsys, monkeypatch):
     import yaml
 
+    from minimind_trl.cli import build
+
+    monkeypatch.setattr(build, "build_from_plan", lambda *a, **k: pytest.fail("the run went on to load the models"))
     given, reason = REFUSALS[option]
-    argv = [*BASE, "--output_dir", str(tmp_path / "out")]
+    argv = ["--model_name_or_path", str(sources.policy), "--dataset_name", str(sources.data), "--use_cpu", "true",
+            "--bf16", "false", "--output_dir", str(tmp_path / "out")]  # fmt: skip
     if isinstance(given, dict):  # in a recipe, refused naming its file and line
-        recipe = dict(zip(argv[::2], argv[1::2]))
-        recipe = {key.removeprefix("--"): value for key, value in recipe.items()} | {"bf16": False, **given}
+        recipe = {key.removeprefix("--"): value for key, value in zip(argv[::2], argv[1::2])}
+        recipe = {**recipe, "use_cpu": True, "bf16": False, **given}
         (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
         argv = ["--config", str(tmp_path / "recipe.yaml")]
         reason = f"recipe.yaml:{sorted(recipe).index(option) + 1}: {option}="  # safe_dump sorts the keys
-    argv = [*argv, *([] if isinstance(given, dict) else given)]
-    if option.startswith("load_in_"):  # the run plan refuses these, after the policy's location is checked
-        argv[argv.index("./never/loaded")] = str(sources.policy)
-        argv[argv.index("never.jsonl")] = str(sources.data)
-        argv += ["--use_cpu", "true"]
-    assert cli(["grpo", *argv]) == 2
+    assert cli(["grpo", *argv, *([] if isinstance(given, dict) else given)]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("minimind-trl grpo: error:")]
     assert len(lines) == 1 and option in lines[0] and reason in lines[0], err[-2000:]
-    assert "Traceback" not in err and "never/loaded does not exist" not in err
-
-
-# --------------------------------------------------------------------------- the run plan, the data, quantization
+    assert "Traceback" not in err
 
 
 def plan_for(sources, tmp_path, *flags):
@@ -314,10 +316,10 @@ def test_the_lora_options_reach_the_adapter(sources, tmp_path):
 
 
 def test_dataset_train_split_picks_the_split_trained_on(sources, tmp_path):
-    from minimind_trl.cli.build import load_train_dataset
+    from minimind_trl.cli.run_data import load_run_data
 
     _, (script_args, training_args, _) = plan_for(sources, tmp_path, "--dataset_train_split", "test")
-    prompts = {row["prompt"][-1]["content"] for row in load_train_dataset(script_args, training_args)}
+    prompts = {row["prompt"][-1]["content"] for row in load_run_data(script_args, training_args).train}
     assert prompts == {"Only in the test split?"}
 
 

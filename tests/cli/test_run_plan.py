@@ -1,12 +1,13 @@
-"""The run plan's upstream check: a recipe that declares `upstream: <generation>` gets every departure from that
-generation's record listed before any model loads."""
+"""The run plan: a recipe that declares `upstream: <generation>` gets every departure from that generation's record
+listed before any model loads; the recipe's callbacks are checked before any model loads."""
 
 import logging
 
 import pytest
 from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
 
-from minimind_trl.cli.run_plan import check_run, upstream_departures
+from minimind_trl.cli.run_plan import check_reporting, check_run, load_callbacks, upstream_departures
+from minimind_trl.errors import RecipeError
 from minimind_trl.grpo import parse_args
 
 
@@ -80,3 +81,52 @@ def test_precision_departs_only_when_the_recipe_pins_what_upstream_would_not_do_
         )
     else:
         assert "bf16" not in departures, departures["bf16"]
+
+
+CALLBACKS = """
+from transformers import TrainerCallback
+class Marker(TrainerCallback):
+    pass
+class NeedsArguments(TrainerCallback):
+    def __init__(self, path):
+        self.path = path
+MARKER = Marker()
+def not_a_callback():
+    pass
+"""
+
+
+def test_callbacks_are_trainer_callbacks_built_without_arguments(tmp_path, monkeypatch):
+    """A recipe's `callbacks` that could not serve as one is refused naming the key and the value (it would fail at
+    the run's first event, or while the trainer is built, with a raw traceback)."""
+    (tmp_path / "plan_callbacks.py").write_text(CALLBACKS)
+    monkeypatch.chdir(tmp_path)
+    built = load_callbacks(["plan_callbacks:Marker", "plan_callbacks:MARKER"])
+    assert [type(callback).__name__ for callback in built] == ["Marker", "Marker"]
+    for name, problem in [
+        ("not_a_callback", "callbacks 'plan_callbacks:not_a_callback': a function, not a transformers TrainerCallback"),
+        ("NeedsArguments", "callbacks 'plan_callbacks:NeedsArguments': NeedsArguments() raised TypeError: "),
+    ]:
+        with pytest.raises(RecipeError) as caught:
+            load_callbacks([f"plan_callbacks:{name}"])
+        assert str(caught.value).startswith(problem) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "report_to, problem",
+    [
+        (["tensorboard,wandb"], "report_to 'tensorboard,wandb' is not a logging integration"),  # a recipe's string
+        (["[tensorboard]"], "report_to '[tensorboard]' is not a logging integration"),
+        (["tensorboard", "none"], "report_to 'none' stands alone"),
+        (["all", "tensorboard"], "report_to 'all' stands alone"),
+        (["tensorbored"], "report_to 'tensorbored' is not a logging integration"),
+    ],
+)
+def test_report_to_names_transformers_integrations(report_to, problem):
+    """What transformers would refuse with a bare ValueError while the trainer is built is one line before it."""
+    with pytest.raises(RecipeError) as caught:
+        check_reporting(report_to)
+    message = str(caught.value)
+    assert message.startswith(problem) and "report_to: [tensorboard, wandb]" in message and "\n" not in message
+    check_reporting(["tensorboard"])
+    check_reporting([])

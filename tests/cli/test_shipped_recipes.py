@@ -229,3 +229,15 @@ def test_the_run_trained_on_the_rule_rewards_only(lora_rules_only_run):
     rewards = sorted(key for key in logged if key.startswith("rewards/") and key.endswith("/mean"))
     assert rewards == [f"rewards/{name}/mean" for name in
                        sorted(["length", "thinking_length", "think_close_count", "repetition_penalty"])]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@pytest.mark.parametrize("recipe", GRPO_RECIPES)
+def test_every_recipe_evaluates_as_the_docs_show_it(recipe, parts, tmp_path):
+    """TRL's eval batch (8) does not hold whole groups of 6: a recipe sets its eval batch to its training batch, so
+    the documented evaluation flags plan on every shipped recipe."""
+    flags = ("--eval_strategy", "steps", "--eval_steps", "2", "--dataset_test_split", "train")
+    _, _, training_args = planned(recipe_argv(recipe, parts, tmp_path / "out", *flags))
+    assert training_args.per_device_eval_batch_size == recipe_values(recipe)["per_device_train_batch_size"]

@@ -455,12 +455,3 @@ def test_activation_memory_levers_keep_values_and_gradients(monkeypatch, use_moe
     assert torch.equal(logits, plain_logits)
     for (name, _), grad, plain_grad in zip(ours.named_parameters(), grads, plain_grads, strict=True):
         assert torch.equal(grad, plain_grad), name
-
-
-def test_the_architectures_keep_their_earlier_name():
-    """`MODEL_ARCHITECTURES` names the two model shapes (docs/architecture.md#words); `MODEL_GENERATIONS`, its name
-    before, stays importable for code that used it."""
-    from minimind_trl.models.minimind import configuration_minimind as configuration
-
-    assert configuration.MODEL_ARCHITECTURES == (configuration.MINIMIND2, configuration.MINIMIND3)
-    assert configuration.MODEL_GENERATIONS is configuration.MODEL_ARCHITECTURES

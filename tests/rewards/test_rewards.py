@@ -387,7 +387,7 @@ def test_reward_funcs_inside_trls_grpo_trainer(tmp_path, tokenizer):
     from minimind_trl import MiniMindConfig, MiniMindForCausalLM
     from minimind_trl.data import load_rlaif_dataset
     from minimind_trl.models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
-    from minimind_trl.scorers import InternLM2Scorer
+    from minimind_trl.rewards import InternLM2Scorer
 
     rows = [{"conversations": [{"content": "中国的首都是哪里？"}, {"content": "北京"}]}, {"conversations": [{"content": "2+3?"}, {"content": "5"}]}]
     (tmp_path / "rlaif.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")

@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForSequenceClassification
 from minimind_trl.models.internlm2_reward import build_internlm2_tokenizer, load_internlm2_reward_model, load_internlm2_tokenizer
 from minimind_trl.models.internlm2_reward.tiny import TINY_REWARD_TOKEN_ID, tiny_tokenizer_config, write_tiny_internlm2_reward_model
 from minimind_trl.rewards import RewardModelReward
-from minimind_trl.scorers import InternLM2Scorer, SequenceClassifierScorer
+from minimind_trl.rewards import InternLM2Scorer, SequenceClassifierScorer
 from minimind_trl.models.minimind.tokenization_minimind import build_minimind_tokenizer
 
 CONVERSATIONS = [

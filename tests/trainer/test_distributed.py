@@ -36,11 +36,12 @@ from trainer_fixtures import ACCELERATE_CONFIGS
 pytestmark = pytest.mark.slow
 
 def launch(
-    config: str, num_processes: int, recipe: Path, probe_dir: Path, *args: str, pythonpath: Path | None = None
+    config: str, num_processes: int, recipe: Path, probe_dir: Path, *args: str, pythonpath: Path | None = None,
+    callbacks: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file recipes/accelerate/<config>.yaml -m minimind_trl.grpo --config recipe`,
     with the GPU recipe's process count and precision overridden for this CPU machine (`pythonpath`: a folder of
-    the user's own modules, put first on PYTHONPATH)."""
+    the user's own modules, put first on PYTHONPATH; `callbacks`: more than `RankProbe`)."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ACCELERATE_CONFIGS / f"{config}.yaml"),
@@ -49,7 +50,7 @@ def launch(
         "--main_process_port", str(free_port()),
         "-m", "minimind_trl.grpo",
         "--config", str(recipe),
-        "--callbacks", "grpo_fixtures:RankProbe",
+        "--callbacks", "grpo_fixtures:RankProbe", *callbacks,
         *args,
     ]  # fmt: skip
     env = subprocess_env(**{PROBE_DIR_ENV: probe_dir, "OMP_NUM_THREADS": 1})
@@ -87,7 +88,7 @@ def ddp(setup):
     recipe = tiny_recipe(
         folder, setup.policy, setup.data, per_device_train_batch_size=4, save_strategy="steps", save_steps=1
     )
-    result = launch("ddp", 2, recipe, folder / "probe")
+    result = launch("ddp", 2, recipe, folder / "probe", callbacks=("grpo_fixtures:LeftOpen",))
     assert result.returncode == 0, result.stderr[-4000:]
     return SimpleNamespace(folder=folder, probe=folder / "probe", out=folder / "out", recipe=recipe)
 
@@ -110,6 +111,10 @@ def test_ddp_two_processes(ddp):
     for step in (1, 2):
         checkpoint = ddp.out / f"checkpoint-{step}"
         assert (checkpoint / "rng_state_0.pth").is_file() and (checkpoint / "rng_state_1.pth").is_file()
+    # A callback left a thread pool and a log file open in every rank: the launch ended (it hung until killed), and
+    # the log kept its lines (they were lost with the interpreter's finalization skipped).
+    for rank in (0, 1):
+        assert (ddp.probe / f"left-open-rank{rank}.log").read_text() == "step 1\nstep 2\n"
 
 
 def test_a_loss_estimator_and_aggregation_of_a_module_outside_the_package_run_in_every_process(setup):

@@ -188,10 +188,13 @@ def test_what_an_fsdp_resume_reads_is_required(tmp_path, monkeypatch, save_only_
 
     args = SimpleNamespace(save_only_model=save_only_model, deepspeed_plugin=None,
                            distributed_state=SimpleNamespace(distributed_type="DistributedType.MULTI_CPU"))  # fmt: skip
-    assert resume_state_files(str(tmp_path), {}, args) == ([] if save_only_model else ["optimizer.pt", "scheduler.pt"])
+    state = [] if save_only_model else ["optimizer.pt", "scheduler.pt"]
+    assert resume_state_files(str(tmp_path), {}, args) == ([], state)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    expected = ["pytorch_model_fsdp.bin"] + ([] if save_only_model else ["optimizer.bin", "scheduler.pt"])
-    assert resume_state_files(str(tmp_path), {"distributed_type": "DistributedType.FSDP"}, args) == expected
+    state = [] if save_only_model else ["optimizer.bin", "scheduler.pt"]
+    assert resume_state_files(str(tmp_path), {"distributed_type": "DistributedType.FSDP"}, args) == (
+        ["pytorch_model_fsdp.bin"], state
+    )
 
 @pytest.mark.parametrize("partitioned", ["is_fsdp_enabled", "is_deepspeed_enabled"])
 def test_the_lean_samplers_option_under_fsdp_or_deepspeed_is_one_line(partitioned):

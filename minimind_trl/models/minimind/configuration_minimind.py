@@ -24,7 +24,6 @@ from transformers import PretrainedConfig
 MINIMIND2 = "minimind2"
 MINIMIND3 = "minimind3"
 MODEL_ARCHITECTURES = (MINIMIND2, MINIMIND3)  # the two architectures (their GRPO records: minimind_trl.generations)
-MODEL_GENERATIONS = MODEL_ARCHITECTURES  # its earlier name, kept for code that imports it
 
 # Upstream's YaRN settings for `inference_rope_scaling=True` (identical in both architectures).
 UPSTREAM_YARN = {
@@ -315,4 +314,4 @@ def _rope_parameters(rope_parameters, rope_scaling, rope_theta, inference_rope_s
     return rope_parameters
 
 
-__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "MODEL_ARCHITECTURES", "MODEL_GENERATIONS", "UPSTREAM_YARN", "default_intermediate_size", "infer_generation_from_keys"]
+__all__ = ["MiniMindConfig", "MINIMIND2", "MINIMIND3", "MODEL_ARCHITECTURES", "UPSTREAM_YARN", "default_intermediate_size", "infer_generation_from_keys"]

@@ -32,7 +32,6 @@ the current ones detached (ratio 1 in value) when the batch is on-policy; see
 `MiniMindGRPOTrainer._old_per_token_logps`.
 """
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -40,6 +39,13 @@ from types import MappingProxyType
 import torch
 
 from ...errors import ExtensionError, RecipeError
+from .loss_kwargs import (  # LossKwarg: what a loss declares, imported from here with register_policy_loss
+    LOSS_KWARGS_ATTRIBUTE,
+    LossKwarg,
+    declare_loss_kwargs,
+    declared_loss_kwargs,
+    declared_value,
+)
 from .seams import Seam, function_name
 
 # The loss types TRL 1.16's `GRPOTrainer._compute_loss` implements (tests read them back from its source).
@@ -99,85 +105,48 @@ POLICY_LOSS_SEAM = Seam(
 )
 
 
-@dataclass(frozen=True)
-class LossKwarg:
-    """A keyword argument a loss declares: its `default` (whose type a recipe's value must have: a float accepts
-    an int, numbers must be finite) and, for a number, the range it must lie in (a `checks.config_ranges.Range`,
-    or any object with `contains(value)` and `describe()`)."""
-
-    default: object
-    range: object | None = None
-
-
-LOSS_KWARGS_ATTRIBUTE = "__minimind_loss_kwargs__"  # where a loss function keeps its declaration
-
-
 def register_policy_loss(
     name: str, loss_kwargs: Mapping[str, object] | None = None
 ) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: register `fn(inputs: PolicyLossInputs) -> Tensor (B, T)` (or `(Tensor (B, T), metrics)`) as
     `loss_type: <name>`. `loss_kwargs` declares the keyword arguments a recipe may give it (`loss_kwargs:` in the
-    config): name -> default, or name -> `LossKwarg(default, range)`; the loss reads them in `inputs.loss_kwargs`.
-    The declaration stays on the function, so a recipe naming it as `package.module:function` finds it too."""
+    config): name -> default, or name -> `LossKwarg(default, range)` (`loss_kwargs.py`, checked now); the loss reads
+    them in `inputs.loss_kwargs`. The declaration stays on the function, so a recipe naming it as
+    `package.module:function` finds it too."""
     register = POLICY_LOSS_SEAM.register(name)
-    declared = {key: value if isinstance(value, LossKwarg) else LossKwarg(value) for key, value in
-                (loss_kwargs or {}).items()}
+    declared = declare_loss_kwargs(f"policy loss {name!r}", loss_kwargs)
 
     def declare_and_register(fn: PolicyLoss) -> PolicyLoss:
-        for key, kwarg in declared.items():
-            problem = _kwarg_problem(kwarg, kwarg.default)
-            if not isinstance(key, str) or problem:
-                raise ExtensionError(f"policy loss {name!r} declares loss_kwargs {key!r} with default "
-                                     f"{kwarg.default!r}: {problem or 'a keyword is a string'}")
-        setattr(fn, LOSS_KWARGS_ATTRIBUTE, MappingProxyType(declared))
+        setattr(fn, LOSS_KWARGS_ATTRIBUTE, declared)
         return register(fn)
 
     return declare_and_register
 
 
-def declared_loss_kwargs(fn: PolicyLoss) -> Mapping[str, LossKwarg]:
-    return getattr(fn, LOSS_KWARGS_ATTRIBUTE, MappingProxyType({}))
-
-
-def _kwarg_problem(kwarg: LossKwarg, value) -> str | None:
-    """Why `value` does not fit the declared keyword argument, or None."""
-    kind = type(kwarg.default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if kwarg.default is not None and type(value) is not kind:
-        return f"must be a {kind.__name__} (like its default {kwarg.default!r}), got {type(value).__name__} {value!r}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be finite, got {value!r}"
-    if kwarg.range is not None and not kwarg.range.contains(value):
-        return f"must be {kwarg.range.describe()}, got {value!r}"
-    return None
-
-
 def check_loss_kwargs(args) -> dict:
     """The loss's keyword arguments in effect for `args` (a `MiniMindGRPOConfig`: its `loss_type` and
-    `loss_kwargs`): the declared defaults with the recipe's values over them. A key the loss does not declare, a
-    value of another type or outside its range is one `RecipeError` naming the key."""
+    `loss_kwargs`): the declared defaults with the recipe's values over them, read by `loss_kwargs.declared_value`.
+    A key the loss does not declare, a value of another type or outside its range is one `RecipeError` naming the
+    key."""
     given = args.loss_kwargs or {}
     if not isinstance(given, Mapping):
         raise RecipeError(f"loss_kwargs must be a mapping of keyword -> value (JSON on the command line), got "
                           f"{given!r}")
     if args.loss_type in TRL_LOSS_TYPES:
         if given:
-            raise RecipeError(f"loss_kwargs {sorted(given)} given, but TRL's loss_type {args.loss_type!r} takes no "
-                              "keyword arguments (they are for a registered loss); use TRL's own options")
+            raise RecipeError(f"loss_kwargs {sorted(map(str, given))} given, but TRL's loss_type {args.loss_type!r} "
+                              "takes no keyword arguments (they are for a registered loss); use TRL's own options")
         return {}
     declared = declared_loss_kwargs(get_policy_loss(args.loss_type))
+    resolved = {key: kwarg.default for key, kwarg in declared.items()}
     for key, value in given.items():
         if key not in declared:
             known = ", ".join(declared) or "none"
             raise RecipeError(f"loss_kwargs key {key!r} is not a keyword argument of loss_type {args.loss_type!r} "
                               f"(it declares: {known})")
-        problem = _kwarg_problem(declared[key], value)
+        resolved[key], problem = declared_value(declared[key], value)
         if problem:
             raise RecipeError(f"loss_kwargs key {key!r} of loss_type {args.loss_type!r} {problem}")
-    resolved = {key: kwarg.default for key, kwarg in declared.items()}
-    resolved.update({key: float(value) if isinstance(declared[key].default, float) else value
-                     for key, value in given.items()})
     return resolved
 
 

@@ -29,8 +29,8 @@ def resolve_seam_names(args) -> None:
 def seam_rows(args) -> list[tuple[str, str, str]]:
     """(config key, the name in effect, the function that runs) for each seam; TRL's own code as `trl:...`. The
     loss's keyword arguments in effect (`loss_kwargs`, its declared defaults with the recipe's over them) follow
-    its name in the model card; the run record keeps the function only (like `beta` or `epsilon`, a coefficient
-    may change on resume)."""
+    its name in the model card; the run record keeps them with the training settings
+    (`run_safety.recipe_settings`), where a resume that changes them is refused like a changed `beta`."""
     loss_type = args.loss_type
     if loss_type in TRL_LOSS_TYPES:
         aggregation = (effective_loss_aggregation(loss_type, None), f"trl:GRPOTrainer ({loss_type})")

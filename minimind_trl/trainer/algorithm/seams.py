@@ -18,18 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...errors import ExtensionError, MiniMindTRLError
-from ...loading_utils import import_function
+from ...loading_utils import import_function, is_import_spec
 
 
 def function_name(fn: Callable) -> str:
     """`package.module:qualname` of a function, as the run record and the model card name it."""
     module = getattr(fn, "__module__", None) or "?"
     return f"{module}:{getattr(fn, '__qualname__', None) or type(fn).__qualname__}"
-
-
-def is_import_spec(value: str) -> bool:
-    """Whether a config value names a function to import (`package.module:function` or `package.module.function`)."""
-    return ":" in value or "." in value
 
 
 def _written_in_python(fn: Callable) -> bool:
@@ -121,4 +116,4 @@ class Seam:
         return function_name(self.get(name))
 
 
-__all__ = ["Seam", "function_name", "is_import_spec"]
+__all__ = ["Seam", "function_name"]

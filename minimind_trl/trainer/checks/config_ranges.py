@@ -5,7 +5,8 @@
 test_config_ranges.py` fails when a new numeric field has no entry). A value outside its range is refused with one
 line naming the key: NaN, an infinity, a negative weight or a zero count would otherwise train against the
 rewards, end in NaN weights with exit 0, or die in a library several steps later. Values outside the range that
-have a documented meaning (`max_steps: -1`, `top_k: -1`, `local_rank: -1`) are listed as `special`.
+have a documented meaning (`max_steps: -1`, `top_k: -1`, `local_rank: -1`) are listed as `special`. An integer
+beyond 64 bits (`max_steps: 10**400`) is refused too (`number_problem`): no tensor, clock or float holds it.
 
 Applied by `MiniMindGRPOConfig.__post_init__` (every path: CLI, recipes, Python), `GRPOScriptArguments.__post_init__`,
 the recipe parser (YAML values with file and line, command-line overrides by the flag as typed) and
@@ -13,6 +14,7 @@ the recipe parser (YAML values with file and line, command-line overrides by the
 """
 
 import functools
+import json
 import logging
 import math
 import types
@@ -24,6 +26,29 @@ from ...errors import RecipeError
 logger = logging.getLogger(__name__)
 
 INF = math.inf
+INT64_MAX = 2**63 - 1  # the largest integer a torch or numpy integer, or a C clock, holds
+
+
+def number_problem(value) -> str | None:
+    """`must be ..., got ...` for a number no setting can take: NaN, an infinity, an integer beyond 64 bits (which
+    no float or tensor holds: `float(10**400)` raises `OverflowError`). None for any other value, numbers or not."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be finite, got {value!r}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+        return f"must fit in 64 bits (at most 2**63 - 1 in size), got {shown_number(value)}"
+    return None
+
+
+def shown_number(value) -> str:
+    """A value for a message: its `repr`, cut to 100 characters, and an integer beyond 64 bits by its size (Python
+    refuses to print one of more than 4300 digits, and a 400-digit line says less than its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # a list or dict holding such an integer
+        return "(one holding an integer too long to print)"
+    return text if len(text) <= 100 else f"{text[:80]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -44,7 +69,7 @@ class Range:
             return self.none
         if value in self.special:
             return True
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or number_problem(value) is not None:
             return False
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high
@@ -102,6 +127,7 @@ RANGES: dict[str, Range] = {
     "max_tool_calling_iterations": _unset(COUNT, "unset: no limit"),
     "pad_to_multiple_of": _unset(COUNT, "unset: no padding"),
     "dataset_max_samples": _unset(COUNT, "unset: every row"),
+    "test_split_size": _unset(POSITIVE, "a share (below 1) or a count of the mixture's rows; unset: none held out"),
     # --- optimisation
     "learning_rate": Range(0, low_open=True, note="0 would train nothing"),
     "warmup_steps": Range(0, note="below 1: a share of the run's steps"),
@@ -190,12 +216,14 @@ NAMED_VALUES = {"pad_to_multiple_of": ("auto", "none", "null")}
 
 
 def as_number(key: str, value):
-    """A command-line or YAML string as the number it spells (`"nan"`, `"1e-3"`), the value itself otherwise."""
+    """A command-line or YAML string as the number it spells (`"nan"`, `"1e-3"`, `"10"` as an int, so a 400-digit
+    one stays exact), the value itself otherwise."""
     if isinstance(value, str) and value.strip().lower() not in NAMED_VALUES.get(key, ()):
-        try:
-            return float(value)
-        except ValueError:
-            return value
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:  # also an integer of more digits than Python converts: then as a float (inf)
+                continue
     return value
 
 
@@ -207,7 +235,10 @@ def range_problem(key: str, value) -> str | None:
         return None
     note = f" ({rng.note})" if rng.note else ""
     infinite = isinstance(value, float) and not math.isfinite(value)
-    return f"must be {rng.describe()}{note}, got {value!r}" + (", which is not a finite number" if infinite else "")
+    huge = number_problem(value) is not None and not infinite
+    return f"must be {rng.describe()}{note}, got {shown_number(value)}" + (
+        ", which is not a finite number" if infinite else ", beyond 64 bits" if huge else ""
+    )
 
 
 @functools.cache
@@ -225,10 +256,72 @@ def _flag_fields(cls: type) -> dict[str, bool]:
     return flags
 
 
+@functools.cache
+def _number_fields(cls: type) -> dict[str, tuple[type, bool]]:
+    """{name: (int or float, whether a list of them)} of the fields of dataclass `cls` typed `int`, `float`,
+    `list[int]`, `list[float]`, or any of these `| None`."""
+    hints = typing.get_type_hints(cls)
+    numbers = {}
+    for item in fields(cls):
+        hint = hints.get(item.name)
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        kinds = set(typing.get_args(hint)) - {type(None)} if union else {hint}
+        if len(kinds) != 1:
+            continue
+        (kind,) = kinds
+        listed = typing.get_origin(kind) is list and len(typing.get_args(kind)) == 1
+        kind = typing.get_args(kind)[0] if listed else kind
+        if kind in (int, float):
+            numbers[item.name] = (kind, listed)
+    return numbers
+
+
+def _read_number(name: str, kind: type, value):
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise RecipeError(f"{name} must be {what}, got {value!r}") from None
+
+
+def _read_numbers(obj) -> None:
+    """A numeric field given as text (`beta="1e-3"` from Python; `reward_weights: [1e-3, 1]` in a recipe, a list the
+    parser passes on as YAML read it) becomes the number it spells, as the parser makes a recipe's `beta: 1e-3` (YAML
+    reads it as a string) or a command line's; text that spells none is refused naming the field. Left as text, it
+    failed with a raw `TypeError` at the first step (a list: with a message about finite numbers)."""
+    for name, (kind, listed) in _number_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if listed and isinstance(value, (list, tuple)):
+            items = [_read_number(f"{name}[{index}]", kind, item) for index, item in enumerate(value)]
+            if any(new is not old for new, old in zip(items, value)):
+                setattr(obj, name, type(value)(items))
+        elif not listed:
+            setattr(obj, name, _read_number(name, kind, value))
+
+
+def _check_json_fields(obj) -> None:
+    """A dict setting given as text (`loss_kwargs`, `lr_scheduler_kwargs`: transformers' `_VALID_DICT_FIELDS`, which
+    it reads with `json.loads` when the text starts with `{`) must be JSON: YAML's `{coef: 0.1}` was a raw
+    `JSONDecodeError`."""
+    for name in getattr(obj, "_VALID_DICT_FIELDS", ()):
+        value = getattr(obj, name, None)
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                json.loads(value)
+            except ValueError as exc:
+                raise RecipeError(f"{name} is not JSON ({exc}): {value!r}; give a dict, or JSON text such as "
+                                  "'{\"key\": 0.5}' (keys and strings in double quotes)") from None
+
+
 def check_ranges(obj) -> None:
     """Refuse the first numeric field of dataclass `obj` outside its range, and the first field typed `bool` that
     holds something else (`share_prompts="yes"` from Python: a string is truthy, so "no" would switch it on),
-    naming it (`RecipeError`)."""
+    naming it (`RecipeError`). A number given as text is read first (`_read_numbers`), and a dict given as text must
+    be JSON (`_check_json_fields`)."""
+    _read_numbers(obj)
+    _check_json_fields(obj)
     for item in fields(obj):
         problem = range_problem(item.name, getattr(obj, item.name))
         if problem is not None:
@@ -267,6 +360,8 @@ __all__ = [
     "Range",
     "check_ranges",
     "loss_option_warnings",
+    "number_problem",
     "range_problem",
+    "shown_number",
     "warn_loss_options",
 ]

@@ -41,10 +41,24 @@ def check_extras(args, options=tuple(EXTRAS)) -> None:
         raise RecipeError(message)
 
 
+def accelerate_flag(name: str) -> bool:
+    """A switch `accelerate launch` sets in the environment (`ACCELERATE_USE_CPU`, `ACCELERATE_USE_DEEPSPEED`), read
+    as transformers reads it (`strtobool`: y/yes/t/true/on/1 or n/no/f/false/off/0), so the package and the Trainer
+    never disagree; another value is a `RecipeError` naming the variable, not transformers' unnamed `ValueError`."""
+    from transformers.utils.generic import strtobool
+
+    value = os.environ.get(name, "false")
+    try:
+        return bool(strtobool(value))
+    except ValueError:
+        raise RecipeError(f"environment variable {name}={value!r} must be true or false (1/0, yes/no, on/off)") \
+            from None
+
+
 def require_deepspeed_extra(args) -> None:
     """ZeRO (`accelerate launch` with a DeepSpeed config, or `deepspeed:`) without DeepSpeed installed: one line naming
     the extra, instead of transformers' version-check traceback while the arguments are parsed."""
-    requested = args.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
+    requested = args.deepspeed is not None or accelerate_flag("ACCELERATE_USE_DEEPSPEED")
     if requested and not _installed("deepspeed"):
         raise ValueError(
             "DeepSpeed ZeRO was requested (an accelerate DeepSpeed config or `deepspeed:`) but DeepSpeed is not "
@@ -52,4 +66,4 @@ def require_deepspeed_extra(args) -> None:
         )
 
 
-__all__ = ["EXTRAS", "check_extras", "missing_extra", "require_deepspeed_extra"]
+__all__ = ["EXTRAS", "accelerate_flag", "check_extras", "missing_extra", "require_deepspeed_extra"]

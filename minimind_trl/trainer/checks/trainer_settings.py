@@ -3,8 +3,10 @@
 A Python user constructs the trainer from a plain `MiniMindGRPOConfig`, without the CLI's run plan, so the trainer
 checks its own arguments. `trainer_settings` does so once, in this order, and the constructor reads the result:
 
-1. a dataset rendered per prompt (`prompt_rendering.with_rendered_prompts`): trainer settings under which its
-   renderer could not see the epoch or its row column (`check_rendering_settings`, also the run plan's check);
+1. the datasets: held-out prompts when `eval_strategy` evaluates (`check_eval_dataset`; transformers would raise
+   its own error), and for one rendered per prompt (`prompt_rendering.with_rendered_prompts`) the trainer settings
+   under which its renderer could not see the epoch or its row column (`check_rendering_settings`, also the run
+   plan's check);
 2. the optional packages the config switches on (`extras`): named now, not in a traceback after the models load;
 3. vLLM rollouts (`vllm_rollouts`): a policy vLLM cannot run, a server mode that cannot sync weights here, the
    colocated engine's dtype and log-probs, and the log-probs a server must return;
@@ -61,11 +63,24 @@ def check_rendered_dataset(dataset: Any, training_args) -> None:
         check_rendering_settings(renderer.rendering, training_args)
 
 
-def trainer_settings(model, args, train_dataset) -> TrainerSettings:
+def check_eval_dataset(eval_dataset: Any, args) -> None:
+    """An `eval_strategy` that evaluates needs held-out prompts: a `RecipeError` saying where they come from."""
+    strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+    if strategy != "no" and eval_dataset is None:
+        raise RecipeError(
+            f"eval_strategy={strategy!r} evaluates on held-out prompts, but there are none: pass eval_dataset= (with "
+            "minimind-trl grpo: dataset_test_split, eval_dataset_name or a mixture's test_split_size), or set "
+            "eval_strategy: no"
+        )
+
+
+def trainer_settings(model, args, train_dataset, eval_dataset=None) -> TrainerSettings:
     """The checks of the module doc, in its order, and what the constructor reads. With a policy the caller built,
     liger-kernel (imported only when training starts) is named after TRL's own argument checks, which hold with or
     without it (e.g. an adapter on lm_head), so TRL's errors come first as with `GRPOTrainer`."""
-    check_rendered_dataset(train_dataset, args)  # its renderer needs its row and epoch
+    check_eval_dataset(eval_dataset, args)
+    for dataset in (train_dataset, *(eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset])):
+        check_rendered_dataset(dataset, args)  # its renderer needs its row and epoch
     after_trl = ("use_liger_kernel",) if not isinstance(model, str) else ()
     check_extras(args, [option for option in EXTRAS if option not in after_trl])
     missing_after_trl = missing_extra(args, after_trl)
@@ -82,4 +97,6 @@ def trainer_settings(model, args, train_dataset) -> TrainerSettings:
     )
 
 
-__all__ = ["TrainerSettings", "check_rendered_dataset", "check_rendering_settings", "trainer_settings"]
+__all__ = [
+    "TrainerSettings", "check_eval_dataset", "check_rendered_dataset", "check_rendering_settings", "trainer_settings"
+]  # fmt: skip

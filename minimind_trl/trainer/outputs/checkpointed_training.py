@@ -3,11 +3,14 @@
 The prompt order of every epoch drawn from `seed + epoch` (a resumed run sees the uninterrupted run's order), the
 output folder held for the run and every resume checked against it (`run_safety.guarded_run`), the final save and
 every checkpoint written into `_staging/` and published only when complete (`checkpointing.publish_folder`), the run
-record beside each checkpoint and, with `save_native_pth`, upstream's native `.pth`. `MiniMindGRPOTrainer` mixes it
-in before `GRPOTrainer`; it reads the trainer's `run_identity` and `_run_inputs`.
+record beside each checkpoint and, with `save_native_pth`, upstream's native `.pth`; a resume from a checkpoint at the
+run's last step trains nothing (the Trainer alone trains one step past it when that step is inside an epoch); the Hub
+repository made or refused in one line and every background upload watched (`hub_uploads`). `MiniMindGRPOTrainer`
+mixes it in before `GRPOTrainer`; it reads the trainer's `run_identity` and `_run_inputs`.
 """
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import asdict
@@ -22,12 +25,19 @@ from .checkpointing import (
     STAGING_DIR,
     BatchGeometry,
     EpochSeededRepeatSampler,
+    publish_files,
     publish_folder,
     without_tied_keys,
     write_native_weights,
 )
-from .run_safety import guarded_run, recipe_settings, save_staged
+from ...adapter_base import record_portable_base
+from ...hub_uploads import HUB_FAILURES, HubPushes, repo_error
 from ..fsdp_launch import tied_weights_once, whole_model_saving
+from .output_dir import run_length
+from .run_lock import output_dir_lock
+from .run_safety import guarded_run, recipe_settings
+
+logger = logging.getLogger(__name__)
 
 
 class CheckpointedTraining:
@@ -37,6 +47,8 @@ class CheckpointedTraining:
     _staged_push = None
     _epoch_sampler = None
     _skipped_resume_state = frozenset()  # accept_inexact_resume: damaged or unsafe state files left unloaded
+    _hub_pushes = None
+    finished_checkpoint = None  # set by `train`: the checkpoint a resume found at the run's last step, or None
 
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler, reshuffled per epoch from `seed + epoch` (see `EpochSeededRepeatSampler`)."""
@@ -54,6 +66,11 @@ class CheckpointedTraining:
         return sampler
 
     def _run_epoch(self, *args, epoch, **kwargs):
+        if self.state.global_step >= self.state.max_steps:
+            # Only a resume enters an epoch at the run's last step (training stops there otherwise); the Trainer
+            # would train one more step before its end check. Nothing past max_steps / num_train_epochs is trained.
+            self.control.should_training_stop = True
+            return
         if self._epoch_sampler is not None:
             self._epoch_sampler.epoch = epoch
         renderer = prompt_renderer(self.train_dataset)  # MiniMind-3's per-prompt choices are keyed on the epoch
@@ -63,14 +80,27 @@ class CheckpointedTraining:
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training, holding the output folder; refuses another run's folder, an output over the starting
-        policy, or a resume that is inexact or changes the run (see `run_safety.guarded_run`)."""
+        policy, or a resume that is inexact or changes the run (see `run_safety.guarded_run`). A resume from a
+        checkpoint already at the run's last step trains nothing (`finished_checkpoint` names it)."""
         guard = guarded_run(self.args, resume_from_checkpoint, self.train_dataset, self._run_inputs, self.run_identity)
-        with guard as skipped:
-            self._skipped_resume_state = frozenset(skipped)
+        self.finished_checkpoint = None
+        with guard as resume:
+            self._skipped_resume_state = frozenset(resume.skipped)
             try:
-                return super().train(resume_from_checkpoint, *args, **kwargs)
+                output = super().train(resume_from_checkpoint, *args, **kwargs)
             finally:
                 self._skipped_resume_state = frozenset()
+        if resume.step is not None and resume.step >= self.state.max_steps:
+            self.finished_checkpoint = resume.checkpoint
+            if self.state.log_history and "train_runtime" in self.state.log_history[-1]:
+                self.state.log_history.pop()  # the summary of a call that trained nothing (0 s, loss 0): not the run's
+            if self.args.should_log:
+                logger.warning(
+                    "%s is at optimizer step %d and this run ends at step %d (%s): the run had already finished, "
+                    "nothing was trained",
+                    resume.checkpoint, resume.step, self.state.max_steps, run_length(self.args),
+                )  # fmt: skip
+        return output
 
     def lora_base_model(self) -> str | None:
         """The folder (or Hub id) a LoRA run's policy was loaded from, which its native `.pth` merges the saved
@@ -79,9 +109,9 @@ class CheckpointedTraining:
         return model.get_base_model().name_or_path if is_peft_model(model) else None
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        # accept_inexact_resume with a damaged or unsafe optimizer.pt/scheduler.pt: fresh state (warned), as the
-        # Trainer itself does when one of the two is missing
-        if checkpoint is not None and self._skipped_resume_state & {"optimizer.pt", "scheduler.pt"}:
+        # accept_inexact_resume with a damaged or unsafe optimizer.pt (FSDP's optimizer.bin) or scheduler.pt: fresh
+        # state (warned), as the Trainer itself does when one of the two is missing
+        if checkpoint is not None and self._skipped_resume_state & {"optimizer.pt", "optimizer.bin", "scheduler.pt"}:
             return
         super()._load_optimizer_and_scheduler(checkpoint)
 
@@ -95,7 +125,18 @@ class CheckpointedTraining:
         (`config.json` last), so a run killed while saving never leaves a complete-looking, truncated model."""
         if self._staging_checkpoint:  # inside `_save_checkpoint`, which stages and publishes the whole folder
             return self._save_weights(output_dir)
-        save_staged(self, output_dir or self.args.output_dir, self._save_weights)
+        final = output_dir or self.args.output_dir
+        staged, should_save = os.path.join(final, STAGING_DIR, "final"), self.args.should_save
+        with output_dir_lock(final, enabled=should_save):
+            if should_save and os.path.exists(staged):
+                shutil.rmtree(staged)  # left over by a run killed while saving
+            self.accelerator.wait_for_everyone()
+            self._save_weights(staged)
+            self.accelerator.wait_for_everyone()
+            if should_save:
+                record_portable_base(staged, final, self.args.output_dir)  # a LoRA adapter's base, movable
+                publish_files(staged, final)
+            self.accelerator.wait_for_everyone()
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
@@ -116,12 +157,38 @@ class CheckpointedTraining:
         run_dir = super()._get_output_dir(trial)
         return os.path.join(run_dir, STAGING_DIR) if self._staging_checkpoint else run_dir
 
+    @property
+    def hub_pushes(self) -> HubPushes:
+        """This run's uploads to the Hub and their failures, each reported once (`hub_uploads.HubPushes`)."""
+        if self._hub_pushes is None:
+            self._hub_pushes = HubPushes(getattr(self, "hub_model_id", None) or self.args.hub_model_id)
+        return self._hub_pushes
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        """The Trainer's repository creation; an unreachable or refusing Hub is one `HubError` line."""
+        try:
+            super().init_hf_repo(token=token, private=private)
+        except HUB_FAILURES as exc:
+            repo_id = self.args.hub_model_id or os.path.basename(os.path.abspath(self.args.output_dir))
+            raise repo_error(repo_id, exc) from exc
+
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Hub pushes of a checkpoint upload its folder in the background: start them from the final folder only.
         if self._staging_checkpoint:
             self._staged_push = checkpoint_folder
             return
+        self._watched_push(checkpoint_folder)
+
+    def _watched_push(self, checkpoint_folder: str) -> None:
+        """The Trainer's background uploads of a checkpoint, each watched so that its failure is reported once."""
+        in_progress = getattr(self, "push_in_progress", None)
+        before = {id(job) for job in in_progress.jobs} if in_progress is not None else set()
         super()._push_from_checkpoint(checkpoint_folder)
+        in_progress = getattr(self, "push_in_progress", None)
+        started = [job for job in (in_progress.jobs if in_progress is not None else []) if id(job) not in before]
+        name = os.path.basename(checkpoint_folder)
+        for job, what in zip(started, (f"the model of {name}", f"{name} itself"), strict=False):
+            self.hub_pushes.watch(job, what)
 
     def _save_checkpoint(self, model, trial) -> None:
         """The Trainer's checkpoint, written into `_staging/checkpoint-N` by every rank, then published whole."""
@@ -147,6 +214,7 @@ class CheckpointedTraining:
                 json.dump(run_info, f, indent=2, default=str)
             if self.args.save_native_pth:  # upstream wrote its .pth at every save
                 write_native_weights(staged, self.lora_base_model())
+            record_portable_base(staged, final, run_dir)
 
         self.accelerator.wait_for_everyone()  # every rank has written its part
         if self.args.should_save:
@@ -158,7 +226,7 @@ class CheckpointedTraining:
                 self.state.best_model_checkpoint = final
             rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
             if self._staged_push is not None:
-                super()._push_from_checkpoint(final)
+                self._watched_push(final)
         self.accelerator.wait_for_everyone()
 
 

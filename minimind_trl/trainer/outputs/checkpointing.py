@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = "_staging"
 RUN_INFO_NAME = "minimind_run.json"
 LAST_CHECKPOINT_ALIASES = ("last", "latest", "true")
+COMPLETION_MARKERS = ("config.json", "adapter_config.json")  # moved into place last by `publish_files`
 
 
 @dataclass(frozen=True)
@@ -78,13 +79,15 @@ def launch_distributed_type(args) -> str:
     return str(args.distributed_state.distributed_type)
 
 
-# What a checkpoint holds to resume exactly besides its RNG states, by how its run held the model: the Trainer's own
-# files; DeepSpeed's `global_stepN/` folder (named by `latest`); FSDP's gathered weights and optimizer state.
+# What a checkpoint holds to resume exactly besides its weights and RNG states, by how its run held the model: the
+# Trainer's own files; DeepSpeed's `global_stepN/` folder (named by `latest`); FSDP's optimizer state. An FSDP resume
+# loads the weights themselves from FSDP's own file (`FSDP_WEIGHTS`), not from model.safetensors.
 RESUME_STATE_FILES = {
     "DeepSpeed": ("latest",),
-    "FSDP": ("pytorch_model_fsdp.bin", "optimizer.bin", "scheduler.pt"),
+    "FSDP": ("optimizer.bin", "scheduler.pt"),
     "DDP": ("optimizer.pt", "scheduler.pt"),
 }
+FSDP_WEIGHTS = "pytorch_model_fsdp.bin"
 
 
 def checkpoint_layout(distributed_type: str) -> str:
@@ -107,15 +110,14 @@ def check_same_layout(checkpoint: str, info: dict, layout: str) -> None:
         )
 
 
-def resume_state_files(checkpoint: str, info: dict, args) -> list[str]:
-    """What an exact resume of `checkpoint` (its run record `info`) reads under this launch besides its weights and
-    RNG states; a checkpoint of another layout is refused (`check_same_layout`)."""
+def resume_state_files(checkpoint: str, info: dict, args) -> tuple[list[str], list[str]]:
+    """The weight files an exact resume of `checkpoint` (its run record `info`) loads under this launch, beyond the
+    model.safetensors every checkpoint holds (FSDP's own, even with save_only_model), and the optimizer state files;
+    a checkpoint of another layout is refused (`check_same_layout`)."""
     layout = checkpoint_layout(launch_distributed_type(args))
     check_same_layout(checkpoint, info, layout)
-    needed = ["pytorch_model_fsdp.bin"] if layout == "FSDP" else []  # FSDP's resume reads it even with save_only_model
-    if not getattr(args, "save_only_model", False):
-        needed += [name for name in RESUME_STATE_FILES[layout] if name not in needed]
-    return needed
+    state = [] if getattr(args, "save_only_model", False) else list(RESUME_STATE_FILES[layout])
+    return ([FSDP_WEIGHTS] if layout == "FSDP" else []), state
 
 
 class EpochSeededRepeatSampler(RepeatSampler):
@@ -149,13 +151,15 @@ def publish_folder(staged: str, final: str) -> None:
 def publish_files(staged: str, final: str) -> None:
     """Move a complete save from `staged` into the folder `final`, which also holds other things (checkpoints).
 
-    Each file is renamed into place (never half-written), `config.json` last: a folder whose `config.json` is
-    there holds the whole model. An older `config.json` goes first, so a save interrupted midway never looks done.
+    Each file is renamed into place (never half-written), `config.json` (an adapter's `adapter_config.json`) last: a
+    folder whose config is there holds the whole model. An older config goes first, so a save interrupted midway
+    never looks done.
     """
     os.makedirs(final, exist_ok=True)
-    names = sorted(os.listdir(staged), key=lambda name: name == "config.json")
-    if "config.json" in names and os.path.isfile(os.path.join(final, "config.json")):
-        os.remove(os.path.join(final, "config.json"))
+    names = sorted(os.listdir(staged), key=lambda name: name in COMPLETION_MARKERS)
+    for marker in COMPLETION_MARKERS:
+        if marker in names and os.path.isfile(os.path.join(final, marker)):
+            os.remove(os.path.join(final, marker))
     for name in names:
         target = os.path.join(final, name)
         if os.path.isdir(target) and not os.path.islink(target):
@@ -216,9 +220,12 @@ def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: st
     if str(resume_from_checkpoint).lower() in LAST_CHECKPOINT_ALIASES:
         last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
         if last is None:
+            ended = any(os.path.isfile(os.path.join(output_dir, marker)) for marker in COMPLETION_MARKERS)
             raise ResumeError(
                 f"resume_from_checkpoint={resume_from_checkpoint}: no checkpoint-N folder in {output_dir}"
-            )
+                + (" (it holds a finished model: that run ended without checkpoints, there is nothing to resume)"
+                   if ended else "")
+            )  # fmt: skip
         return last
     if not os.path.isdir(resume_from_checkpoint):
         raise ResumeError(f"resume_from_checkpoint: {resume_from_checkpoint} is not a folder")
@@ -227,6 +234,16 @@ def resolve_resume_checkpoint(resume_from_checkpoint: str | None, output_dir: st
             f"resume_from_checkpoint: {resume_from_checkpoint} has no trainer_state.json (not a checkpoint)"
         )
     return resume_from_checkpoint
+
+
+def checkpoint_step(checkpoint: str) -> int | None:
+    """The optimizer step a checkpoint was saved at (its `trainer_state.json`), or None when it says none."""
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as f:
+            step = json.load(f)["global_step"]
+    except (OSError, ValueError, KeyError, TypeError):  # checked elsewhere; here for messages and the end check
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def check_resume_geometry(checkpoint: str, args) -> BatchGeometry | None:
@@ -304,6 +321,7 @@ def check_generation_alignment(args) -> None:
 __all__ = [
     "BatchGeometry",
     "EpochSeededRepeatSampler",
+    "FSDP_WEIGHTS",
     "ResumeError",
     "RUN_INFO_NAME",
     "STAGING_DIR",
@@ -312,6 +330,7 @@ __all__ = [
     "check_resume_geometry",
     "check_same_layout",
     "checkpoint_layout",
+    "checkpoint_step",
     "launch_distributed_type",
     "publish_files",
     "publish_folder",

@@ -38,6 +38,7 @@ class RunCard:
     reward_weights: list[float] = field(default_factory=list)
     reward_model: str | None = None
     dataset: str | None = None
+    eval_dataset: str | None = None  # where the held-out prompts come from (None: the run did not evaluate)
     peft: dict | None = None  # the adapter: its PEFT method and main settings (`peft_summary`)
     settings: list[tuple] = field(default_factory=list)  # (setting, this run, upstream, upstream flag)
     upstream: str = get_generation(None).title  # the generation `settings` compares against
@@ -116,9 +117,32 @@ def final_metrics(log_history: list[dict]) -> dict:
     return metrics
 
 
+def final_eval_metrics(log_history: list[dict]) -> dict:
+    """The last evaluation's held-out rewards as TRL logs them (`eval_reward`, `eval_reward_std`, each reward
+    function's `eval_rewards/<name>/mean`, the terms a reward logs itself such as `eval_agent_reward/<term>`, and
+    those of named eval sets, `eval_<set>_reward`) and the step it ran at."""
+    last = next((entry for entry in reversed(log_history) if any(map(_is_eval_reward, entry))), {})
+    metrics = {key: value for key, value in last.items() if _is_eval_reward(key)}
+    return {"step": last["step"], **metrics} if metrics and "step" in last else metrics
+
+
+def _is_eval_reward(key: str) -> bool:
+    head = key.split("/")[0]
+    rewards = head.endswith(("_reward", "_reward_std", "_rewards"))  # the totals, per function, a reward's own terms
+    return key.startswith("eval_") and not key.endswith("/std") and rewards
+
+
 def _source(title: str) -> str:
     """What the parity table compares with: MiniMind's `train_grpo.py`, or TRL's `GRPOConfig` defaults."""
     return next((record.source for record in UPSTREAMS.values() if record.title == title), get_generation(None).source)
+
+
+def _metrics_table(title: str, metrics: dict, when_empty: str) -> list[str]:
+    lines = ["", f"### {title}", ""]
+    if not metrics:
+        return lines + [when_empty]
+    rows = [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
+    return lines + ["| metric | value |", "|---|---|"] + rows
 
 
 def python_string(value: str) -> str:
@@ -133,6 +157,8 @@ def render_run_section(card: RunCard, log_history: list[dict], model_location: s
     lines.append(f"- **Base model:** `{card.base_model}`")
     if card.dataset:
         lines.append(f"- **Data:** `{card.dataset}`")
+    if card.eval_dataset:
+        lines.append(f"- **Held-out prompts:** `{card.eval_dataset}`")
     if card.recipe:
         lines.append(
             f"- **Recipe:** `{card.recipe}`" + (f" with `{' '.join(card.overrides)}`" if card.overrides else "")
@@ -150,13 +176,10 @@ def render_run_section(card: RunCard, log_history: list[dict], model_location: s
         lines += ["", "### Advantages and loss", "", "| setting | name | function |", "|---|---|---|"]
         lines += [f"| {key} | `{name}` | `{function}` |" for key, name, function in card.functions]
 
-    metrics = final_metrics(log_history)
-    lines += ["", "### Final metrics", ""]
-    if metrics:
-        lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| {key} | {format_value(value)} |" for key, value in metrics.items()]
-    else:
-        lines.append("No metrics were logged.")
+    lines += _metrics_table("Final metrics", final_metrics(log_history), "No metrics were logged.")
+    evaluated = final_eval_metrics(log_history)
+    if card.eval_dataset or evaluated:
+        lines += _metrics_table("Held-out rewards (the last evaluation)", evaluated, "No evaluation ran.")
 
     lines += [
         "",
@@ -272,6 +295,7 @@ __all__ = [
     "extend_model_card",
     "quick_start",
     "run_record",
+    "final_eval_metrics",
     "final_metrics",
     "peft_summary",
     "render_run_section",

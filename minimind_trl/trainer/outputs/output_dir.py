@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 
 from ...errors import OutputDirError
 from ...path_identity import MODEL_INPUT_FILES, Input, check_output_apart
@@ -52,13 +53,18 @@ def run_writes(save_native_pth: bool, converts_native: bool = False) -> re.Patte
 
 def run_inputs(identity: dict, tokenizer: str | None = None, reward_models=()) -> list[Input]:
     """Every local input of a run, from its run identity (`run_identity`, the CLI's recipe keys included): the policy
-    (also the KL reference), the tokenizer, the reward model(s) and the data (read whole)."""
+    (also the KL reference), the tokenizer, the reward model(s) and the data (read whole: `dataset_name` or each
+    file of a `datasets:` mixture, and the held-out prompts)."""
     inputs = [
         Input("model_name_or_path", identity.get("model_name_or_path")),
         Input("tokenizer_name_or_path", identity.get("tokenizer_name_or_path") or tokenizer),
         Input("reward_model_name_or_path", identity.get("reward_model_name_or_path")),
         Input("dataset_name", identity.get("dataset_name"), reads=None),
+        Input("eval_dataset_name", identity.get("eval_dataset_name"), reads=None),
     ]
+    mixture = identity.get("datasets") or []
+    inputs += [Input(f"datasets[{index}].path", entry.get("path"), reads=None) for index, entry in enumerate(mixture)
+               if isinstance(entry, dict)]
     recorded = identity.get("reward_models") or {}
     paths = [entry.get("name_or_path") for entry in recorded.values() if isinstance(entry, dict)]
     inputs += [Input("reward model", path) for path in [*paths, *reward_models] if isinstance(path, str)]
@@ -90,6 +96,46 @@ def finished_model(output_dir: str) -> list[str]:
         return []
     weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(output_dir, name))]
     return ["config.json", *weights] if weights else []
+
+
+def saved_model(output_dir: str) -> list[str]:
+    """The files of the final save at the top of `output_dir`: a model (`config.json` and weights) or a LoRA adapter
+    (`adapter_config.json` and its weights), or []."""
+    model = finished_model(output_dir)
+    if model or not os.path.isfile(os.path.join(output_dir, "adapter_config.json")):
+        return model
+    weights = [name for name in WEIGHT_FILES if name.startswith("adapter_") and os.path.isfile(os.path.join(output_dir, name))]
+    return ["adapter_config.json", *weights] if weights else []
+
+
+@dataclass(frozen=True)
+class FinalOutputs:
+    """Which of a run's final outputs `output_dir` holds: the saved model (or adapter), the model card with the run's
+    section, upstream's native `.pth` with its sidecar. A resume of a finished run writes only what is missing."""
+
+    model: bool = False
+    card: bool = False
+    native: bool = False
+
+    @classmethod
+    def found_in(cls, output_dir: str) -> "FinalOutputs":
+        names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+        native = [name for name in names if NATIVE_OUTPUT.match(name) and name.endswith(".pth")]
+        return cls(
+            model=bool(saved_model(output_dir)),
+            card="README.md" in names and _written_by_a_run(output_dir, "README.md"),
+            native=any(_written_by_a_run(output_dir, name) for name in native),
+        )
+
+    def missing(self, save_native_pth: bool) -> list[str]:
+        """What a finished run's folder lacks, in words: `model`, `model card`, `native .pth`."""
+        wanted = [(self.model, "model"), (self.card, "model card"), (self.native or not save_native_pth, "native .pth")]
+        return [name for present, name in wanted if not present]
+
+
+def run_length(args) -> str:
+    """What sets the run's length, for messages: `max_steps N` or `num_train_epochs E`."""
+    return f"max_steps {args.max_steps}" if args.max_steps > 0 else f"num_train_epochs {args.num_train_epochs:g}"
 
 
 def _written_by_a_run(folder: str, name: str) -> bool:
@@ -176,6 +222,7 @@ def clear_old_checkpoints(output_dir: str) -> None:
 
 __all__ = [
     "CHECKPOINT_DIR",
+    "FinalOutputs",
     "LOCK_NAME",
     "WEIGHT_FILES",
     "check_inputs_apart",
@@ -186,5 +233,7 @@ __all__ = [
     "old_checkpoints",
     "reward_model_sources",
     "run_inputs",
+    "run_length",
     "run_writes",
+    "saved_model",
 ]

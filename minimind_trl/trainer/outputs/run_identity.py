@@ -77,11 +77,21 @@ def callable_identity(func) -> str | None:
     return f"{type(func).__module__}.{type(func).__qualname__}"
 
 
+def dataset_identity(dataset) -> dict:
+    """A dataset by its `datasets` fingerprint and row count (a dict of datasets, TRL's named eval sets, by each)."""
+    if isinstance(dataset, dict):
+        return {name: dataset_identity(part) for name, part in dataset.items()}
+    return {"fingerprint": getattr(dataset, "_fingerprint", None),
+            "rows": len(dataset) if hasattr(dataset, "__len__") else None}
+
+
 def trainer_run_identity(
-    model, reward_funcs, reward_func_names, processing_class, train_dataset, rollout_func=None
+    model, reward_funcs, reward_func_names, processing_class, train_dataset, rollout_func=None, eval_dataset=None
 ) -> dict:
     """What `MiniMindGRPOTrainer` itself knows defines the run (the CLI adds the recipe's data and reward options);
-    `rollout` only when a `rollout_func` makes the rollouts (the agent's: its tools and limits)."""
+    `rollout` only when a `rollout_func` makes the rollouts (the agent's: its tools and limits); `eval_dataset` only
+    when the run evaluates: its held-out prompts, so that one evaluation curve is never drawn on two sets (a resume
+    that starts or stops evaluating records or compares nothing here)."""
     import torch.nn as nn
 
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
@@ -100,6 +110,7 @@ def trainer_run_identity(
         "train_dataset_fingerprint": getattr(train_dataset, "_fingerprint", None),
         "train_dataset_rows": len(train_dataset) if hasattr(train_dataset, "__len__") else None,
         **({"rollout": callable_identity(rollout_func)} if rollout_func is not None else {}),
+        **({"eval_dataset": dataset_identity(eval_dataset)} if eval_dataset is not None else {}),
     }
 
 
@@ -111,6 +122,7 @@ def changed_keys(saved: dict, now: dict) -> list[str]:
 __all__ = [
     "callable_identity",
     "changed_keys",
+    "dataset_identity",
     "model_source",
     "normal_path",
     "path_fingerprint",

@@ -1,35 +1,28 @@
 """What keeps one run from spoiling another's output folder, and a resume from being silently inexact.
 
-* `output_dir_lock`: an exclusive `flock` on `<output_dir>/_minimind_run.lock` for the whole run, taken by the
-  process that saves (the others share its folder). The OS drops it when the process dies, so a crashed run never
-  blocks the next one; the file records pid, host and start time for the message a second run gets. The run removes
-  the file when it ends (finished or failed), while still holding the lock, and only when the name is still its
-  own file; a run takes a lock only on the file the name still points to, so two runs never hold "the" lock.
+* `run_lock.output_dir_lock` (its own module): one run per output folder, by a lock file held for the run.
 * `output_dir.check_output_dir` (its own module): what the run writes into its folder must not overwrite an input
   or another run's work; `overwrite_output_dir` has `clear_old_checkpoints` remove old checkpoints at the start.
 * `check_resume_checkpoint`: the checkpoint must hold what an exact resume reads (weights, optimizer, scheduler,
   the RNG state of every process, DeepSpeed's state) in readable form, and must have been written with this
-  run's settings (`recipe_settings`, recorded in `minimind_run.json`); `accept_inexact_resume` lets a
-  checkpoint without optimizer/scheduler/RNG state resume anyway, with a warning.
+  run's settings (`recipe_settings`, recorded in `minimind_run.json`; a loss's keyword arguments as in effect);
+  `accept_inexact_resume` lets a checkpoint without optimizer/scheduler/RNG state resume anyway, with a warning.
 """
 
 import json
 import logging
 import os
 import re
-import shutil
-import socket
 import struct
 import tempfile
-import time
 import zipfile
-from pathlib import Path
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from ...errors import MiniMindTRLError, OutputDirError, ResumeError
-from .checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files, resolve_resume_checkpoint, resume_state_files
+from ..algorithm.policy_losses import check_loss_kwargs
+from .checkpointing import RUN_INFO_NAME, checkpoint_step, resolve_resume_checkpoint, resume_state_files
 from .output_dir import (  # the output folder's rules, re-exported for older imports
-    LOCK_NAME,
     WEIGHT_FILES,
     check_inputs_apart,
     check_output_dir,
@@ -37,11 +30,7 @@ from .output_dir import (  # the output folder's rules, re-exported for older im
     run_inputs,
 )
 from .run_identity import changed_keys
-
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks; runs are not protected from each other there
-    fcntl = None
+from .run_lock import output_dir_lock
 
 logger = logging.getLogger(__name__)
 
@@ -60,100 +49,8 @@ RESUMABLE_SETTINGS = re.compile(
 
 UNSAFE = "unsafe: "  # how `_unreadable` marks a file a safe load refuses (a pickle that would run code)
 
-_held: dict[str, list] = {}  # realpath -> [open lock file, depth]: the lock is re-entrant within a process
 
-
-# --------------------------------------------------------------------------- the output folder's lock
-
-
-def _lock_holder(handle) -> str:
-    handle.seek(0)
-    try:
-        info = json.loads(handle.read() or "{}")
-    except ValueError:
-        info = {}
-    if not info:
-        return "another run"
-    return f"the run of pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
-
-
-@contextmanager
-def output_dir_lock(output_dir: str, enabled: bool = True):
-    """Hold `output_dir` for this run; raise `OutputDirError` if another live run holds it."""
-    if not enabled or fcntl is None:
-        yield
-        return
-    key = os.path.realpath(output_dir)
-    if key in _held:
-        _held[key][1] += 1
-        try:
-            yield
-        finally:
-            _held[key][1] -= 1
-        return
-    path = os.path.join(output_dir, LOCK_NAME)
-    handle = _take_lock(output_dir, path)
-    handle.seek(0)
-    handle.truncate()
-    started = time.strftime("%Y-%m-%d %H:%M:%S")
-    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}))
-    handle.flush()
-    _held[key] = [handle, 1]
-    try:
-        yield
-    finally:
-        del _held[key]
-        handle.seek(0)
-        handle.truncate()
-        if _is_locked_file(handle, path):  # ours: removed while still locked, so no run can hold the name then
-            try:
-                os.unlink(path)
-            except OSError as exc:
-                logger.warning("could not remove the lock file %s (%s); the next run takes it over", path, exc)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-
-
-def _is_locked_file(handle, path: str) -> bool:
-    """Whether `path` still names the file `handle` has open (the holder removes it, the name is then free)."""
-    try:
-        named = os.stat(path)
-    except OSError:
-        return False
-    opened = os.fstat(handle.fileno())
-    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
-
-
-def _take_lock(output_dir: str, path: str):
-    """The open lock file `path`, flocked by this process. The holder removes it when its run ends (still holding
-    the lock), so a file locked after its name was removed is not the run's lock: then the name is opened again."""
-    for _ in range(100):
-        try:
-            os.makedirs(output_dir, exist_ok=True)
-            handle = open(path, "a+")
-        except OSError as exc:
-            raise OutputDirError(f"output_dir {output_dir}: cannot write there ({exc.strerror})") from exc
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _lock_holder(handle)
-            handle.close()
-            raise OutputDirError(
-                f"output_dir {output_dir} is in use by {holder} ({path}); two runs in one folder overwrite each "
-                "other's checkpoints. Wait for it to finish or pick another output_dir."
-            ) from None
-        if _is_locked_file(handle, path):
-            return handle
-        handle.close()  # the run that held it ended and removed it between our open and our flock
-    raise OutputDirError(f"output_dir {output_dir}: its lock file {path} was replaced 100 times while this run tried "
-                         "to take it; does something else create and delete files there?")
-
-
-def check_output_dir_free(output_dir: str) -> None:
-    """Fail now (before models load) if another run holds `output_dir`; the run takes the lock itself later."""
-    if os.path.isfile(os.path.join(output_dir, LOCK_NAME)):
-        with output_dir_lock(output_dir):
-            pass
+# --------------------------------------------------------------------------- the output folder
 
 
 def check_writable(path: str, error: type[Exception] = OutputDirError, flag: str = "output_dir") -> None:
@@ -198,8 +95,12 @@ def check_enough_prompts(dataset, training_args, source: str | None = None, erro
 
 
 def recipe_settings(args) -> dict:
-    """The settings that define what a run trains (JSON values), for the check that a resume continues it."""
-    values = json.loads(json.dumps(args.to_dict(), default=str))
+    """The settings that define what a run trains (JSON values), for the check that a resume continues it.
+    `loss_kwargs` as in effect (the loss's declared defaults with the recipe's values over them), not as written:
+    a default the loss's module changed between a run and its resume is a change, `{}` for `null` is none."""
+    values = args.to_dict()
+    values["loss_kwargs"] = check_loss_kwargs(args)
+    values = json.loads(json.dumps(values, default=str))
     return {key: value for key, value in values.items() if not RESUMABLE_SETTINGS.match(key)}
 
 
@@ -298,7 +199,11 @@ def check_resume_checkpoint(checkpoint: str, args, run_identity: dict | None = N
     record = read_run_info(checkpoint, accept)
     info = record or {}
 
-    weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(checkpoint, name))]
+    launch_weights, needed = resume_state_files(checkpoint, info, args)
+    for name in launch_weights:  # what this launch loads the weights from: missing or damaged, nothing resumes
+        if not os.path.isfile(os.path.join(checkpoint, name)):
+            raise ResumeError(f"{checkpoint} holds no {name}, which an FSDP resume loads the weights from")
+    weights = [name for name in (*WEIGHT_FILES, *launch_weights) if os.path.isfile(os.path.join(checkpoint, name))]
     deepspeed = "DEEPSPEED" in str(info.get("distributed_type", "")) or os.path.isfile(
         os.path.join(checkpoint, "latest")
     )
@@ -309,7 +214,6 @@ def check_resume_checkpoint(checkpoint: str, args, run_identity: dict | None = N
         if problem := _unreadable(path):
             raise ResumeError(f"{path} is {problem}; resume from an earlier checkpoint")
 
-    needed = resume_state_files(checkpoint, info, args)
     world_size = int(info.get("world_size", 1))
     needed += ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
@@ -361,6 +265,8 @@ def check_same_run(checkpoint: str, record: dict, args, run_identity: dict | Non
             "data: only the training settings were checked; make sure those are the ones it was trained with",
             checkpoint,
         )
+    if "loss_kwargs" in changed:
+        details[changed.index("loss_kwargs")] += " (in effect: the loss's declared defaults with the recipe's over them)"
     if changed:
         shown = ", ".join(details[:8]) + (f", ... ({len(details) - 8} more)" if len(details) > 8 else "")
         raise ResumeError(
@@ -376,28 +282,14 @@ def _short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def save_staged(trainer, final: str, save) -> None:
-    """`save(folder)` (every process, as the Trainer's `save_model` needs) into `<final>/_staging/final`, then
-    moved into `final` file by file, `config.json` last (`publish_files`), under the output folder's lock."""
-    staged = os.path.join(final, STAGING_DIR, "final")
-    should_save = trainer.args.should_save
-    with output_dir_lock(final, enabled=should_save):
-        if should_save and os.path.exists(staged):
-            shutil.rmtree(staged)  # left over by a run killed while saving
-        trainer.accelerator.wait_for_everyone()
-        save(staged)
-        trainer.accelerator.wait_for_everyone()
-        if should_save:
-            publish_files(staged, final)
-        trainer.accelerator.wait_for_everyone()
+@dataclass(frozen=True)
+class GuardedResume:
+    """What `guarded_run` established about a resume: the checkpoint (None: a fresh run), its optimizer step, and the
+    state files an accepted inexact resume must not load (damaged or unsafe)."""
 
-
-def _checkpoint_step(checkpoint) -> str:
-    """The optimizer step a checkpoint was saved at (its `trainer_state.json`), or "?" when it says none."""
-    try:
-        return str(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):  # checked elsewhere; here only for the message
-        return "?"
+    checkpoint: str | None = None
+    step: int | None = None
+    skipped: tuple[str, ...] = ()
 
 
 @contextmanager
@@ -405,41 +297,40 @@ def guarded_run(args, resume_from_checkpoint, train_dataset=None, inputs=(), run
     """Around `Trainer.train`: refuse a dataset too small for one step, hold the output folder (saving process),
     refuse what would mix or inexactly continue runs or write over an input (`inputs`: `path_identity.Input`s, the
     policy, tokenizer, reward models and data), and clear the old checkpoints `overwrite_output_dir` asked to
-    replace. Yields the checkpoint's state files an accepted inexact resume must not load."""
+    replace. Yields a `GuardedResume`."""
     if train_dataset is not None and hasattr(train_dataset, "__len__"):
         check_enough_prompts(train_dataset, args)
     resume = None
     if resume_from_checkpoint not in (None, False):
         resume = resolve_resume_checkpoint(str(resume_from_checkpoint), args.output_dir)
-    skipped = []
     native = getattr(args, "save_native_pth", False)
     check_inputs_apart(args.output_dir, inputs, native)  # before the lock file is created there
     with output_dir_lock(args.output_dir, enabled=args.should_save):
         overwrite = getattr(args, "overwrite_output_dir", False)
         check_output_dir(args.output_dir, resume is not None, overwrite, inputs, save_native_pth=native)
-        if resume is not None:
-            skipped = check_resume_checkpoint(resume, args, run_identity)
-            if args.should_log:
-                logger.warning("resuming from %s (optimizer step %s)", resume, _checkpoint_step(resume))
-        elif args.should_save and overwrite:
-            clear_old_checkpoints(args.output_dir)
-        yield skipped
+        if resume is None:
+            if args.should_save and overwrite:
+                clear_old_checkpoints(args.output_dir)
+            yield GuardedResume()
+            return
+        skipped = check_resume_checkpoint(resume, args, run_identity)
+        step = checkpoint_step(resume)
+        if args.should_log:
+            logger.warning("resuming from %s (optimizer step %s)", resume, "?" if step is None else step)
+        yield GuardedResume(resume, step, tuple(skipped))
 
 
 __all__ = [
-    "LOCK_NAME",
+    "GuardedResume",
     "check_enough_prompts",
     "check_output_dir",
-    "check_output_dir_free",
     "check_resume_checkpoint",
     "check_same_run",
     "check_writable",
     "clear_old_checkpoints",
     "guarded_run",
     "os_error_line",
-    "output_dir_lock",
     "read_run_info",
     "recipe_settings",
     "run_inputs",
-    "save_staged",
 ]

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ...errors import RecipeError
+from ..checks.extras import accelerate_flag
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def machine_choice() -> CpuPrecision:
 
 def runs_on_cpu(use_cpu: bool) -> bool:
     """Whether a Trainer with this `use_cpu` will run on the CPU (as transformers' `_setup_devices` decides)."""
-    if use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes", "on"):
+    if use_cpu or accelerate_flag("ACCELERATE_USE_CPU"):
         return True
     from transformers.utils import is_torch_xla_available
 

@@ -20,7 +20,8 @@ from minimind_trl.errors import RecipeError
 from minimind_trl.trainer.checks.config_ranges import RANGES
 from minimind_trl.trainer.grpo_config import MiniMindGRPOConfig
 
-VALUES = ("nan", "inf", "-inf", "-1", "0")
+HUGE = str(10**400)  # an integer no float or tensor holds: `float(10**400)` raises OverflowError
+VALUES = ("nan", "inf", "-inf", "-1", "0", HUGE)
 
 # The values among VALUES a field takes, with what it becomes: each is a documented meaning (TRL's, transformers',
 # ours). Every other (field, value) pair must be refused with an error naming the field.
@@ -124,6 +125,65 @@ def test_a_recipe_value_outside_its_range_names_the_file_and_line(tmp_path):
 def test_the_python_api_applies_the_same_ranges(values):
     with pytest.raises(RecipeError, match=f"{next(iter(values))} must be"):
         MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **values)
+
+
+@pytest.mark.parametrize("values", [
+    {"max_steps": 10**400}, {"beta": 10**400}, {"seed": -(10**5000)}, {"epsilon_high": 2**63}, {"top_k": 10**20},
+])  # fmt: skip
+def test_an_integer_beyond_64_bits_is_refused_naming_the_key(values):
+    """`float(10**400)` raised a raw OverflowError in the range check; a 5001-digit one cannot even be printed."""
+    ((key, value),) = values.items()
+    digits = int(abs(value).bit_length() * 0.30103) + 1
+    with pytest.raises(RecipeError, match=rf"^{key} must be .*, got an integer of about {digits} digits, beyond 64 bits"):
+        MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **values)
+
+
+def test_a_huge_integer_in_a_recipe_names_the_file_and_line(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"output_dir: out\nuse_cpu: true\nmax_steps: {HUGE}\n")
+    with pytest.raises(RecipeError, match=rf"{recipe}:3: max_steps: must be .* about 401 digits, beyond 64 bits"):
+        parse_args(["--config", str(recipe)])
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"beta": "1e-3"}, 0.001), ({"learning_rate": " 3e-4 "}, 3e-4), ({"max_steps": "5"}, 5),
+    ({"epsilon_high": "5"}, 5.0), ({"max_prompt_length": "64"}, 64), ({"reward_weights": ["1e-3", 2]}, [0.001, 2]),
+])  # fmt: skip
+def test_a_number_given_as_text_from_python_is_read_as_the_parser_reads_it(values, expected):
+    """`MiniMindGRPOConfig(beta="1e-3")` kept the string, and the first step failed with a raw TypeError; a recipe's
+    `beta: 1e-3` (a string to YAML) is read as a number by the parser, so Python reads it the same way."""
+    ((key, _),) = values.items()
+    got = getattr(MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **values), key)
+    assert got == expected and type(got) is type(expected)
+
+
+def test_a_recipes_list_of_numbers_written_like_1e_3_is_read_as_numbers(tmp_path):
+    """YAML reads `1e-3` as a string, also inside a list, which the parser passes on as it is: `reward_weights:
+    [1e-3, 1]` was refused as not finite."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("output_dir: out\nuse_cpu: true\nreward_funcs: [format, tag_count]\nreward_weights: [1e-3, 1]\n")
+    assert parse_args(["--config", str(recipe)])[1].reward_weights == [0.001, 1.0]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"beta": "a lot"}, "beta must be a number, got 'a lot'"),
+    ({"max_steps": "1e3"}, "max_steps must be an integer, got '1e3'"),
+    ({"reward_weights": [1.0, "heavy"]}, r"reward_weights\[1\] must be a number, got 'heavy'"),
+    ({"beta": "nan"}, "beta must be at least 0 .*got nan"),
+])  # fmt: skip
+def test_text_that_is_not_a_number_is_refused_naming_the_key(values, message):
+    with pytest.raises(RecipeError, match=f"^{message}"):
+        MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **values)
+
+
+@pytest.mark.parametrize("key", ["lr_scheduler_kwargs", "generation_kwargs", "model_init_kwargs"])
+def test_a_dict_setting_given_as_text_that_is_not_json_names_the_key(key, tmp_path):
+    """transformers reads a dict setting's text with `json.loads`: YAML's `{a: 1}` was a raw JSONDecodeError."""
+    with pytest.raises(RecipeError, match=rf"^{key} is not JSON \(.*\): '\{{a: 1\}}'; give a dict"):
+        MiniMindGRPOConfig("out", use_cpu=True, bf16=False, **{key: "{a: 1}"})
+    base = ["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", "--bf16", "false"]
+    with pytest.raises(RecipeError, match=rf"^--{key} \{{a: 1\}}: not JSON"):
+        parse_args([*base, f"--{key}", "{a: 1}"])
 
 
 # --------------------------------------------------------------------------- the defects of issue 33, as users met them

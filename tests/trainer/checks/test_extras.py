@@ -7,6 +7,7 @@ from grpo_fixtures import build_tiny_policy, tiny_recipe, write_rlaif
 from minimind_trl.cli import main as cli
 from minimind_trl.errors import RecipeError
 from minimind_trl.trainer.checks import extras
+from minimind_trl.trainer.grpo_config import MiniMindGRPOConfig
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +60,19 @@ def test_a_built_policy_gets_trls_checks_first_then_the_missing_package(tiny, tm
     with pytest.raises(RecipeError, match="use_liger_kernel: true needs the liger_kernel package"):
         MiniMindGRPOTrainer(MiniMindForCausalLM.from_pretrained(str(tiny[0])), reward_funcs=[lambda **k: [0.0]],
                             args=args, train_dataset=data)
+
+
+@pytest.mark.parametrize("name", ["ACCELERATE_USE_CPU", "ACCELERATE_USE_DEEPSPEED"])
+def test_an_accelerate_switch_reads_as_transformers_reads_it(monkeypatch, name):
+    """The package read `ACCELERATE_USE_CPU=t` as false where transformers' Trainer reads it as true, and a value
+    neither reads was transformers' unnamed `invalid truth value`."""
+    from transformers.utils.generic import strtobool
+
+    from minimind_trl.trainer.checks.extras import accelerate_flag
+
+    for value in ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0", "TRUE", "Off"):
+        monkeypatch.setenv(name, value)
+        assert accelerate_flag(name) is bool(strtobool(value)), value
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(RecipeError, match=rf"^environment variable {name}='maybe' must be true or false"):
+        MiniMindGRPOConfig("out", bf16=False)  # use_cpu unset: the variable is read (true would short-circuit it)

@@ -12,6 +12,7 @@ from minimind_trl.generations import GENERATIONS, UPSTREAMS
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 from minimind_trl.trainer.outputs.model_card import (
     RunCard,
+    final_eval_metrics,
     peft_summary,
     render_run_section,
     upstream_settings,
@@ -195,3 +196,25 @@ def fenced_blocks_of(text, language):
     from doc_blocks import fenced_blocks
 
     return fenced_blocks(text, language)
+
+
+def test_the_card_shows_the_last_evaluations_held_out_rewards():
+    """The last evaluation's rewards as TRL names them (totals, per function, a reward's own terms, named eval sets),
+    not its other figures, with its step; a run that was to evaluate and did not says so."""
+    history = [
+        {"reward": 1.0, "rewards/f/mean": 1.0, "step": 2},
+        {"eval_reward": 0.5, "eval_rewards/f/mean": 0.5, "step": 2},
+        {"eval_reward": 0.7, "eval_reward_std": 0.1, "eval_rewards/f/mean": 0.7, "eval_rewards/f/std": 0.1,
+         "eval_agent_reward/gt_match": 0.25, "eval_held_reward": 0.3, "eval_frac_reward_zero_std": 0.0,
+         "eval_agent/turns": 2.0, "eval_loss": 0.01, "step": 4},
+        {"train_runtime": 3.0, "step": 4},
+    ]
+    assert final_eval_metrics(history) == {
+        "step": 4, "eval_reward": 0.7, "eval_reward_std": 0.1, "eval_rewards/f/mean": 0.7,
+        "eval_agent_reward/gt_match": 0.25, "eval_held_reward": 0.3,
+    }  # fmt: skip
+    card = RunCard(base_model="tiny", eval_dataset="data [test]")
+    shown = render_run_section(card, history, None)
+    assert "- **Held-out prompts:** `data [test]`" in shown and "| eval_agent_reward/gt_match | 0.25 |" in shown
+    assert "No evaluation ran." in render_run_section(card, history[:1], None)
+    assert "Held-out" not in render_run_section(RunCard(base_model="tiny"), history[:1], None)

@@ -5,39 +5,23 @@ temperatures that sample, and reward functions whose bad output is named."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
 import pytest
 import torch
-from grpo_fixtures import PROMPTS, build_tiny_policy, subprocess_env, tiny_recipe, write_rlaif
+from grpo_fixtures import PROMPTS, build_tiny_policy, hold_lock, subprocess_env, tiny_recipe, write_rlaif
 
 from minimind_trl.errors import OutputDirError, RecipeError, ResumeError, RewardFunctionError
 from minimind_trl.cli.grpo import main  # raises the user error (`minimind_trl.grpo.main` reports it, exit 2)
 from minimind_trl.grpo import main as grpo_command
+from minimind_trl.trainer.algorithm.loss_kwargs import LOSS_KWARGS_ATTRIBUTE, declare_loss_kwargs
+from minimind_trl.trainer.algorithm.policy_losses import POLICY_LOSSES, LossKwarg, register_policy_loss
 from minimind_trl.trainer.outputs.checkpointing import RUN_INFO_NAME, STAGING_DIR, publish_files
 from minimind_trl.trainer.grpo_config import MiniMindGRPOConfig
 from minimind_trl.trainer.checks.reward_checks import checked_reward_funcs, reward_output_problem
-from minimind_trl.trainer.outputs.run_safety import LOCK_NAME, check_resume_checkpoint, output_dir_lock
-
-# Holds the lock of argv[1] (as a running `minimind-trl grpo` would) until its stdin closes.
-HOLD_LOCK = """
-import sys
-from minimind_trl.trainer.outputs.run_safety import output_dir_lock
-with output_dir_lock(sys.argv[1]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
-
-def hold_lock(out):
-    """A second process holding `out`'s run lock (it prints `locked` once it holds it, and lets go at stdin's end)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=subprocess_env(),
-    )  # fmt: skip
-
+from minimind_trl.trainer.outputs.run_lock import LOCK_NAME, output_dir_lock
+from minimind_trl.trainer.outputs.run_safety import check_resume_checkpoint
 
 # SIGKILL in the middle of writing the final model's weights (100 bytes written), as a full disk or a kill would.
 KILL_DURING_FINAL_SAVE = """
@@ -141,80 +125,24 @@ def test_a_second_run_into_a_held_output_dir_is_refused(tiny, tmp_path, monkeypa
         assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
 
 
-def test_a_crashed_runs_lock_does_not_block_the_next_run(tmp_path):
-    out = tmp_path / "out"
-    holder = hold_lock(out)
-    assert holder.stdout.readline().strip() == "locked"
-    holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=60)
-    assert (out / LOCK_NAME).is_file()  # the file stays, the lock went with the process
-    with output_dir_lock(str(out)):
-        pass
+def test_a_link_at_the_lock_name_stops_the_command_before_any_model(tiny, tmp_path, monkeypatch, capsys):
+    """`minimind-trl grpo` into a folder where someone planted a link at the lock's name: one line naming the lock
+    file, exit 2, and the file the link points to untouched (it was truncated to 0 bytes, exit 0)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / LOCK_NAME).symlink_to(victim)
+    no_model_loading(monkeypatch)
+    assert grpo_command(["--config", str(tiny_recipe(tmp_path, *tiny))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"minimind-trl grpo: error: output_dir {tmp_path / 'out'}: its run lock "
+                          f"{tmp_path / 'out' / LOCK_NAME} is a symbolic link") and len(err.splitlines()) == 1, err
+    assert victim.read_text() == "keep me\n"
 
 
 def test_a_finished_run_leaves_no_lock_file(checkpointed):
     assert (checkpointed / "out" / "checkpoint-2").is_dir()  # the run trained and saved
     assert not (checkpointed / "out" / LOCK_NAME).exists()
-
-
-def test_the_lock_file_is_removed_when_the_run_fails(tmp_path):
-    out = tmp_path / "out"
-    with pytest.raises(RuntimeError, match="the run failed"):
-        with output_dir_lock(str(out)):
-            assert (out / LOCK_NAME).is_file()
-            raise RuntimeError("the run failed")
-    assert not (out / LOCK_NAME).exists()
-
-
-def test_a_concurrent_runs_lock_file_is_never_removed(tmp_path):
-    """Someone deletes the lock file of a running run and a second run takes the name: when the first run ends,
-    the file it removes would be the second run's; it leaves it."""
-    out = tmp_path / "out"
-    with output_dir_lock(str(out)):
-        (out / LOCK_NAME).unlink()
-        holder = hold_lock(out)
-        try:
-            assert holder.stdout.readline().strip() == "locked"
-        except BaseException:
-            holder.kill()
-            raise
-    try:
-        assert json.loads((out / LOCK_NAME).read_text())["pid"] == holder.pid
-        with pytest.raises(OutputDirError, match=f"in use by the run of pid {holder.pid}"):
-            with output_dir_lock(str(out)):
-                pass
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=60)
-
-
-def test_a_lock_file_removed_by_its_ending_run_is_not_taken(tmp_path, monkeypatch):
-    """The run holding the folder ends (removing its lock file) between this run's open and its flock: the file
-    this run then locks has no name, so it opens the name again and locks the file that has it."""
-    from minimind_trl.trainer import run_safety
-
-    out = tmp_path / "out"
-    out.mkdir()
-    flock, ended = run_safety.fcntl.flock, []
-
-    def holder_ends_first(handle, operation):
-        if operation & run_safety.fcntl.LOCK_EX and not ended:
-            ended.append(True)
-            os.unlink(out / LOCK_NAME)
-        return flock(handle, operation)
-
-    monkeypatch.setattr(run_safety.fcntl, "flock", holder_ends_first)
-    with output_dir_lock(str(out)):
-        assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
-    assert ended and not (out / LOCK_NAME).exists()
-
-
-def test_the_lock_is_reentrant_within_a_run_and_skipped_by_other_ranks(tmp_path):
-    with output_dir_lock(str(tmp_path)):
-        with output_dir_lock(str(tmp_path)):  # `run` holds it around `train` and `save_model`, which take it too
-            pass
-        with output_dir_lock(str(tmp_path), enabled=False):  # non-saving ranks
-            pass
 
 
 # --------------------------------------------------------------------------- 3. another run's checkpoints
@@ -277,6 +205,43 @@ def test_a_resume_with_other_settings_is_refused(checkpointed, tmp_path, monkeyp
     argv = ["--config", str(recipe), "--resume_from_checkpoint", "last"]
     with pytest.raises(ResumeError, match=r"other settings \(learning_rate: 0.01 -> 1e-30\)"):
         main(argv + ["--learning_rate", "1e-30"])
+
+
+@pytest.fixture
+def coef_loss():
+    """`resume_coef_loss`, a registered loss declaring `coef` (default 0.5), for the test only."""
+    saved = dict(POLICY_LOSSES)
+
+    @register_policy_loss("resume_coef_loss", loss_kwargs={"coef": LossKwarg(0.5, (0.0, None))})
+    def resume_coef_loss(inputs):
+        return -inputs.loss_kwargs["coef"] * inputs.advantages * inputs.per_token_logps
+
+    yield resume_coef_loss
+    POLICY_LOSSES.clear()
+    POLICY_LOSSES.update(saved)
+
+
+def test_a_resume_compares_the_loss_kwargs_in_effect(tiny, tmp_path, monkeypatch, coef_loss):
+    """The run record keeps a loss's keyword arguments as in effect (its declared defaults with the recipe's over
+    them): a default its module changed between the run and the resume is refused like a changed recipe value, and
+    `{}`, `null` or the default written out are the same run."""
+    recipe = tiny_recipe(tmp_path, *tiny, max_steps=1, save_strategy="steps", save_steps=1,
+                         loss_type="resume_coef_loss", loss_kwargs=None)  # fmt: skip
+    assert main(["--config", str(recipe)]) == 0
+    record = json.loads((tmp_path / "out" / "checkpoint-1" / RUN_INFO_NAME).read_text())
+    assert record["recipe"]["loss_kwargs"] == {"coef": 0.5}
+    no_model_loading(monkeypatch)  # a resume whose checks pass goes on to load the models: the AssertionError
+    resume = ["--config", str(recipe), "--resume_from_checkpoint", "last"]
+    for same in ([], ["--loss_kwargs", "{}"], ["--loss_kwargs", '{"coef": 0.5}'], ["--loss_kwargs", '{"coef": "5e-1"}']):
+        with pytest.raises(AssertionError, match="a model was loaded"):
+            main(resume + same)
+    changed = r"loss_kwargs: \{'coef': 0.5\} -> \{'coef': 0.7\} \(in effect: the loss's declared defaults"
+    with pytest.raises(ResumeError, match=changed):
+        main(resume + ["--loss_kwargs", '{"coef": 0.7}'])
+    edited = declare_loss_kwargs("policy loss 'resume_coef_loss'", {"coef": LossKwarg(0.7, (0.0, None))})
+    monkeypatch.setattr(coef_loss, LOSS_KWARGS_ATTRIBUTE, edited)  # the loss's module now declares 0.7
+    with pytest.raises(ResumeError, match=changed):
+        main(resume)
 
 
 def rewrite_recipe(recipe, **changes):
