@@ -22,16 +22,19 @@ MiniMind's RLAIF files (`rlaif-mini.jsonl`, ...) hold one conversation per line:
   them and logs how many and where).
 """
 
+from __future__ import annotations  # `datasets` is imported where rows are loaded: `grpo --help` needs none of it
+
 import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from .errors import DatasetSplitError, RLAIFDataError
+
+if TYPE_CHECKING:
+    import datasets
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +163,8 @@ def _load_with_datasets(path: Path, source: str, split, data_files, revision) ->
     """A saved dataset, a data folder or a Hub dataset, read by `datasets`; a split it lacks is a
     `DatasetSplitError` listing those it has, whatever else `datasets` raises (a missing repo, offline mode) an
     `RLAIFDataError` naming the source."""
+    import datasets
+
     saved_without_splits = path.is_dir() and (path / "state.json").is_file()
     if saved_without_splits:
         check_split(source, split, [FILE_SPLIT])
@@ -261,7 +266,9 @@ def load_rlaif_dataset(
         return conversation_to_row(record["conversations"], where, roles=roles, system_prompt=system_prompt)
 
     rows, skipped = collect_rows(records, to_row, skip_bad_rows, source)
-    result = datasets.Dataset.from_list(rows)
+    from datasets import Dataset
+
+    result = Dataset.from_list(rows)
     if skipped:
         result.info.description = f"{skipped} bad row(s) of {source} skipped"
     return result

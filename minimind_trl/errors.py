@@ -7,7 +7,8 @@ exits with 2, argparse's code for a usage error; anything else is a bug and keep
 failed (`PUSH_FAILED_EXIT_CODE`; the failures are listed on stderr).
 """
 
-USER_ERROR_EXIT_CODE = 2
+from minimind_trl_cli.process_exit import USER_ERROR_EXIT_CODE  # also the front door's, which answers without torch
+
 PUSH_FAILED_EXIT_CODE = 3
 
 

@@ -8,7 +8,7 @@ import sys
 from .cli import run_command
 from .cli.build import build_trainer
 from .cli.grpo import run, train
-from .cli.process_exit import exit_process
+from minimind_trl_cli.process_exit import exit_process
 from .cli.recipe import parse_args, parse_recipe
 
 
@@ -21,4 +21,4 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = ["build_trainer", "main", "parse_args", "parse_recipe", "run", "train"]
 
 if __name__ == "__main__":
-    exit_process(main())  # a launched process leaves without the interpreter's finalization (`cli.process_exit`)
+    exit_process(main())  # a launched process leaves without the interpreter's finalization (`process_exit`)

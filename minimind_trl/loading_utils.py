@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from minimind_trl_cli.flags import DTYPE_CHOICES
 
-from .errors import MiniMindTRLError
+from .errors import MiniMindTRLError, OutputDirError
 from .path_identity import check_output_apart  # noqa: F401  (re-exported: every command's output check)
 
 # dtype names users write (recipes, CLI flags, config.json) -> torch dtypes
@@ -31,8 +32,7 @@ DTYPE_NAMES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
-# the canonical names the CLIs offer as choices
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: DTYPE_NAMES[name] for name in DTYPE_CHOICES}  # the canonical names, the commands' choices
 
 
 def resolve_dtype(dtype: str | torch.dtype, error: type[Exception] = MiniMindTRLError) -> torch.dtype:
@@ -196,6 +196,28 @@ def write_folder_atomically(
     return output_dir
 
 
+def check_writable(path: str, error: type[Exception] = OutputDirError, flag: str = "output_dir") -> None:
+    """Fail now, before models load, when `path` (a folder to create or fill) cannot be written: a read-only or
+    missing location, a file in the way. Probes by creating a file in the nearest existing folder."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise error(f"{flag} {path}: cannot write there ({probe} is a file, not a folder)")
+    try:
+        handle, name = tempfile.mkstemp(prefix=".minimind-write-check-", dir=probe)
+        os.close(handle)
+        os.remove(name)
+    except OSError as exc:
+        raise error(f"{flag} {path}: cannot write there ({exc.strerror}: {probe})") from None
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OS error as one line naming the path (`No space left on device: out/model.safetensors`)."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def _share_like_new_files(folder: Path) -> None:
     """Give the finished folder the permissions of a plainly created one (temp dirs and files are private)."""
     umask = os.umask(0)
@@ -347,11 +369,13 @@ __all__ = [
     "check_output_file",
     "check_output_folder",
     "check_state_dict_matches",
+    "check_writable",
     "import_function",
     "import_object",
     "is_import_spec",
     "looks_local",
     "loading_info_problems",
+    "os_error_line",
     "preview",
     "resolve_dtype",
     "state_dict_problems",

@@ -16,16 +16,19 @@ every process agrees, and the two choices are independent of each other. `with_r
 `MiniMindGRPOTrainer` sets at the start of every epoch (`PromptRenderer.set_epoch`).
 """
 
+from __future__ import annotations  # `datasets` only in annotations: `grpo --help` imports none of it
+
 import hashlib
 import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from .errors import RecipeError
+
+if TYPE_CHECKING:
+    import datasets
 
 # Upstream's `pre_processing_chat` (d65ef2c, dataset/lm_dataset.py): the system prompts and the share of
 # conversations without a system turn that get one.

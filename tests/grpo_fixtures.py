@@ -217,7 +217,7 @@ _LEFT_OPEN = {}  # module globals, as a Hub upload pool or a module-level logger
 class LeftOpen(TrainerCallback):
     """Leaves, on every rank, a thread pool with an idle worker and a log file open (`left-open-rank<R>.log` in the
     probe folder, one line per step): a launched process must still end, with the log's lines
-    (`cli.process_exit`)."""
+    (`minimind_trl_cli.process_exit`)."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         from concurrent.futures import ThreadPoolExecutor

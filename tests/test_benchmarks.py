@@ -333,6 +333,18 @@ def test_vllm_rollouts_lean_side_runs_and_reports(capsys):
     assert "vllm_rollouts_per_s" not in summary and _last_json_line(capsys.readouterr().out) == summary
 
 
+def test_cli_help_times_each_help_and_names_its_imports(capsys):
+    """One run of a light command's help: its times, and the packages it imported the most of."""
+    import cli_help
+
+    assert cli_help.main(["--runs", "1", "--commands", "", "convert", "--no-trl"]) == 0
+    summary = _last_json_line(capsys.readouterr().out)
+    assert set(summary["results"]) == {"minimind-trl --help", "minimind-trl convert --help"}
+    for result in summary["results"].values():
+        assert result["wall_s"] > 0 and result["cpu_s"] > 0 and result["imports"]
+        assert not {"torch", "transformers", "trl"} & {name for name, _ in result["imports"]}
+
+
 def test_tool_call_parsing_prints_its_figures(capsys):
     import tool_call_parsing
 

@@ -23,16 +23,19 @@ SFT form, a JSON string of one) are calls with a string `name`; `gt` is a list o
 row whose answer needs no tool). Errors name the file and line (or row), the turn and the key.
 """
 
+from __future__ import annotations  # `datasets` is imported where rows are loaded: `grpo --help` needs none of it
+
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from ..data import collect_rows, read_records
 from ..errors import AgentDataError
+
+if TYPE_CHECKING:
+    import datasets
 
 ROLES = ("system", "user", "assistant", "tool")
 KEPT_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tools")  # what MiniMind-3's template reads
@@ -170,7 +173,9 @@ def load_agent_dataset(
     """
     records, source = read_records(path_or_hub_name, split, data_files, revision)
     rows, skipped = collect_rows(records, agent_row, skip_bad_rows, source)
-    result = datasets.Dataset.from_list(rows)
+    from datasets import Dataset
+
+    result = Dataset.from_list(rows)
     if skipped:
         result.info.description = f"{skipped} bad row(s) of {source} skipped"
     return result

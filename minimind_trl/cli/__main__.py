@@ -1,5 +1,5 @@
 """`python -m minimind_trl.cli ...`: the `minimind-trl` command."""
 
-from . import console
+from minimind_trl_cli import console
 
 console()

@@ -5,6 +5,8 @@ the plan derived (where the policy loads from, the prompt rendering, the policy'
 the adapter, the run identity and the model card) is read from it.
 """
 
+import re
+import warnings
 from contextlib import nullcontext
 
 from ..agent.recipe import build_agent_rollout, check_agent_tokenizer, check_offered_tools
@@ -17,6 +19,18 @@ from .policy import load_tokenizer, prepare_policy
 from .recipe import Recipe
 from .run_data import RunData, load_run_data
 from .run_plan import RunPlan, check_enough_prompts, check_run
+
+
+# TRL warns that `rollout_func` is experimental whenever a trainer is built with one. `rollout: agent` uses it on
+# purpose (docs/agent.md#the-rollout): that notice, raised from this trainer's constructor, is not shown.
+TRL_ROLLOUT_FUNC_NOTICE = "You are using 'rollout_func', which is an experimental feature."
+
+
+def hide_rollout_func_notice() -> None:
+    warnings.filterwarnings(
+        "ignore", message=re.escape(TRL_ROLLOUT_FUNC_NOTICE), category=UserWarning,
+        module=re.escape(MiniMindGRPOTrainer.__module__),
+    )  # fmt: skip
 
 
 def render_per_prompt(dataset, tokenizer, rendering: PromptRendering, chat_template_kwargs=None):
@@ -60,6 +74,7 @@ def build_from_plan(
     if script_args.rollout == "agent":
         check_agent_tokenizer(tokenizer, script_args.thinking_ratio, plan.chat_template_kwargs)
         rollout_func = build_agent_rollout(script_args)
+        hide_rollout_func_notice()
     reward_funcs = build_reward_funcs(script_args, plan.reward_context, tokenizer)
     return MiniMindGRPOTrainer(
         model=policy.path,

@@ -17,9 +17,9 @@ import sys
 from ..trainer.outputs.checkpointing import write_native_weights
 from ..errors import PUSH_FAILED_EXIT_CODE, OutputDirError
 from ..hub_uploads import HUB_FAILURES, hub_endpoint, upload_output_folder
+from ..loading_utils import os_error_line
 from ..trainer.outputs.output_dir import FinalOutputs
 from ..trainer.outputs.run_lock import output_dir_lock
-from ..trainer.outputs.run_safety import os_error_line
 from .build import build_from_plan, build_trainer
 from .hub import PushCheckError, check_push_folder
 from .recipe import Recipe, parse_args, parse_recipe

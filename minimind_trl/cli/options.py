@@ -190,6 +190,13 @@ def refusal(name: str, value, default) -> str | None:
     return f"{name}={value!r} is not supported by minimind-trl grpo: {entry.here}"
 
 
+def check_refused_value(key: str, value, defaults: dict, where: str) -> None:
+    """A `RecipeError` at `where` (a recipe's file and line) when the recipe sets a `REFUSED` option."""
+    problem = refusal(key, value, defaults.get(key))
+    if problem is not None:
+        raise RecipeError(f"{where}: {problem}")
+
+
 def check_refused_options(parser, parsed) -> None:
     """A `RecipeError` naming the first `REFUSED` option `parsed` (the parsed dataclasses) sets, and why. (A recipe's
     keys are checked as it is read, `recipe.check_recipe_keys`: some of these fail TRL's own parsing first.)"""
@@ -219,6 +226,7 @@ __all__ = [
     "OPTION_GROUPS",
     "OptionGroup",
     "check_refused_options",
+    "check_refused_value",
     "field_defaults",
     "refusal",
     "render_options_table",

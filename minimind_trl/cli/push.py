@@ -9,12 +9,13 @@ entries (the run's lock `_minimind_run.lock`, `_staging`, a native policy's conv
 
 import os
 
-from ..command_flags import FlagParser
+from minimind_trl_cli.hub import PUSH_COMMIT_MESSAGE, push_parser
+
 from ..errors import HubError, PushCheckError, RecipeError
 
 
 def push(output_dir: str, hub_model_id: str, private: bool | None = None, revision: str | None = None,
-         commit_message: str = "Upload with minimind-trl push") -> str:  # fmt: skip
+         commit_message: str = PUSH_COMMIT_MESSAGE) -> str:  # fmt: skip
     """Check `output_dir` (a finished model or adapter that loads without minimind-trl, no run writing it), make or
     find the repository and upload the folder; returns the commit's URL. Every failure is one `MiniMindTRLError`."""
     from huggingface_hub.errors import HFValidationError
@@ -43,19 +44,9 @@ def push(output_dir: str, hub_model_id: str, private: bool | None = None, revisi
     return str(getattr(commit, "commit_url", None) or f"{hub_endpoint()}/{repo_id}")
 
 
-def build_parser() -> FlagParser:
-    parser = FlagParser(prog="minimind-trl push", description=__doc__.split("\n\n")[0])
-    parser.add_argument("output_dir", help="the output_dir of a finished run (or a merge-lora / convert output)")
-    parser.add_argument("--hub_model_id", required=True, help="the Hub repository to push to (namespace/name)")
-    parser.add_argument("--hub_private_repo", action="store_true", help="create the repository private")
-    parser.add_argument("--hub_revision", default=None, help="the branch to push to (default: main)")
-    parser.add_argument("--commit_message", default="Upload with minimind-trl push", help="the commit's message")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """`minimind-trl push`; failures raise `MiniMindTRLError` (the `minimind-trl` command reports them, exit 2)."""
-    args = build_parser().parse_args(argv)
+    args = push_parser().parse_args(argv)
     url = push(args.output_dir, args.hub_model_id, private=args.hub_private_repo or None,
                revision=args.hub_revision, commit_message=args.commit_message)  # fmt: skip
     print(f"pushed {args.output_dir} to {url}")

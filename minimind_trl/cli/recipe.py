@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ..errors import RecipeError
 from ..trainer.checks.config_ranges import NAMED_VALUES, RANGES, check_ranges, range_problem
-from .options import check_refused_options, field_defaults, refusal
+from .grpo_help import lay_out_help
+from .options import check_refused_options, check_refused_value, field_defaults
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -60,6 +61,7 @@ def make_parser():
 
     parser = Parser((GRPOScriptArguments, MiniMindGRPOConfig, ModelConfig), prog="minimind-trl grpo")
     name_or_list = take_lists(parser)
+    lay_out_help(parser, shipped_recipes())
     return parser
 
 
@@ -67,6 +69,13 @@ def packaged_recipes_dir() -> Path:
     """Recipes shipped in the wheel (`minimind_trl/recipes`), or the checkout's `recipes/`."""
     packaged = Path(__file__).resolve().parents[1] / "recipes"
     return packaged if packaged.is_dir() else REPO_RECIPES
+
+
+def shipped_recipes() -> list[str]:
+    """The upstream recipes shipped with the package (`minimind2/grpo/reasoning.yaml`, ...), as `--config` names
+    them."""
+    folder = packaged_recipes_dir()
+    return sorted(str(path.relative_to(folder)) for path in folder.glob("minimind*/**/*.yaml"))
 
 
 def resolve_recipe(path: str) -> str:
@@ -93,7 +102,7 @@ def check_recipe_keys(parser, path: str) -> str:
         raise RecipeError(f"{path}: invalid YAML: {exc}") from exc
     if node is None or not isinstance(node, yaml.MappingNode):
         raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
-    known = {action.dest for action in parser._actions} | {"env"}
+    known = {action.dest for action in parser._actions} - {"help", "config"} | {"env"}
     types, defaults = field_types(parser), field_defaults(parser)
     seen: dict[str, int] = {}
     for key_node, value_node in node.value:
@@ -113,8 +122,7 @@ def check_recipe_keys(parser, path: str) -> str:
             problem = value_problem(key, value, types[key])
             if problem:
                 raise RecipeError(f"{path}:{value_node.start_mark.line + 1}: {key}: {problem}")
-            if refused := refusal(key, value, defaults.get(key)):  # before TRL's parsing, which some fail raw
-                raise RecipeError(f"{path}:{line}: {refused}")
+            check_refused_value(key, value, defaults, where=f"{path}:{line}")  # before TRL's parsing: some fail raw
     return text
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..agent.recipe import check_agent_recipe
 from ..errors import RecipeError
 from ..generations import deviations, format_value, get_generation
-from ..loading_utils import import_object
+from ..loading_utils import check_writable, import_object
 from ..prompt_rendering import PromptRendering
 from ..rewards.registry import RewardContext, check_reward_specs
 from ..trainer.outputs.checkpointing import check_generation_alignment, check_resume_geometry, resolve_resume_checkpoint
@@ -25,7 +25,7 @@ from ..trainer.checks.extras import check_extras
 from ..trainer.checks.trainer_settings import check_rendering_settings
 from ..trainer.outputs.output_dir import check_output_dir, run_inputs
 from ..trainer.outputs.run_lock import check_output_dir_free
-from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint, check_writable
+from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_checkpoint
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
 from .hub import check_hub_repo

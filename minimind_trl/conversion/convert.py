@@ -9,16 +9,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from minimind_trl_cli.conversion import convert_parser
 from transformers.initialization import no_init_weights
 
-from ..command_flags import FlagParser
 from ..errors import ConversionError
 from ..loading_utils import (
-    DTYPES,
     check_finite_weights,
     check_output_apart,
     check_output_folder,
     check_state_dict_matches,
+    check_writable,
+    os_error_line,
     preview,
     resolve_dtype,
     write_folder_atomically,
@@ -26,7 +27,6 @@ from ..loading_utils import (
 from ..models.minimind.configuration_minimind import MiniMindConfig
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
 from ..models.minimind.tokenization_minimind import portable_tokenizer
-from ..trainer.outputs.run_safety import check_writable, os_error_line
 from ..formats.native_config import (
     EMBED_KEY,
     assumed_settings,
@@ -168,45 +168,9 @@ def _load_tokenizer(tokenizer_dir: str | Path):
 # --------------------------------------------------------------------------- CLI
 
 
-def build_parser() -> FlagParser:
-    parser = FlagParser(
-        prog="minimind-trl convert",
-        description="Convert a native MiniMind checkpoint (upstream .pth state dict, fp16 or fp32) into a Hugging "
-        "Face folder that AutoModelForCausalLM loads. The architecture is read from the tensors; MiniMind2's query "
-        "head count is not stored in them (upstream default 8).",
-    )
-    parser.add_argument("checkpoint", help="native state dict: .pth (upstream trainers), .bin or .safetensors")
-    parser.add_argument("output_dir", help="folder to write (created; must not exist or be empty unless --force)")
-    parser.add_argument(
-        "--num_attention_heads", type=int, default=None,
-        help="query heads the model was trained with; MiniMind2 cannot be checked beyond the tensor shapes "
-        "(default: 8, upstream's); MiniMind-3 reads it from the shapes",
-    )  # fmt: skip
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder to save alongside (e.g. upstream model/)")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="an upstream MiniMindConfig keyword of either architecture, e.g. inference_rope_scaling=true, "
-        "rope_theta=1e4, num_experts_per_tok=2, aux_loss_alpha=0.02 (values are JSON/Python literals; repeatable)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--config", default=None, metavar="JSON",
-        help="a JSON file of the same keywords (default: the sidecar CHECKPOINT_STEM.config.json that "
-        "`minimind-trl export --format native` writes, if present); --set wins",
-    )  # fmt: skip
-    parser.add_argument(
-        "--dtype", default="float32", choices=[*DTYPES, "auto"],
-        help="weights dtype of the folder (default float32: fp16 -> fp32 is lossless; auto keeps the checkpoint's)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--force", action="store_true",
-        help="replace an earlier output in OUTPUT_DIR (a folder of model files; never the input or other files)",
-    )  # fmt: skip
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """`minimind-trl convert`; user errors raise `ConversionError` (the `minimind-trl` command reports them)."""
-    args = build_parser().parse_args(argv)
+    args = convert_parser().parse_args(argv)
     config_file = args.config
     if config_file is None and native_sidecar_path(args.checkpoint).is_file():
         config_file = native_sidecar_path(args.checkpoint)

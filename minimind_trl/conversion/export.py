@@ -23,17 +23,19 @@ import sys
 from pathlib import Path
 
 import torch
-from ..command_flags import FlagParser
+from minimind_trl_cli.conversion import EXPORT_FORMATS, export_parser
+
 from ..errors import ConversionError, ExportError
 from ..loading_utils import (
     DTYPES,
     check_output_apart,
     check_output_folder,
+    check_writable,
     loading_info_problems,
+    os_error_line,
     write_folder_atomically,
 )
 from ..models.minimind.modeling_minimind import MiniMindForCausalLM
-from ..trainer.outputs.run_safety import check_writable, os_error_line
 from ..formats.architectures import TARGET_CLASS_NAMES, transformers_config
 from .export_gguf import check_gguf_output
 from ..formats.export_native import check_native_outputs, export_native
@@ -42,7 +44,6 @@ from ..formats.native_config import native_sidecar_path
 from ..trainer.outputs.model_card import run_record
 from .serving_card import model_card
 
-FORMATS = ("native", "llama", "qwen3", "qwen3_moe", "gguf")
 VERIFY_ATOL = 1e-4  # fp32 logits of the exported model vs MiniMind; real mapping bugs are >= 1e-2
 YARN_LLAMA_CPP_WARNING = (
     "warning: --format {fmt} with YaRN: transformers computes MiniMind's logits from this folder, but llama.cpp "
@@ -98,7 +99,7 @@ def export_hf(
     from safetensors.torch import save_file
 
     if fmt not in ("llama", "qwen3", "qwen3_moe"):
-        raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     target_config = transformers_config(model.config, fmt)
     if target_config.rope_parameters["rope_type"] == "yarn":
         print(YARN_LLAMA_CPP_WARNING.format(fmt=fmt), file=sys.stderr)
@@ -158,36 +159,6 @@ def verify_export(model: MiniMindForCausalLM, folder: str | Path, fmt: str, dtyp
 # --------------------------------------------------------------------------- CLI
 
 
-def build_parser() -> FlagParser:
-    parser = FlagParser(
-        prog="minimind-trl export",
-        description="Export a MiniMind Hugging Face folder: native (upstream .pth), llama (MiniMind2 dense), "
-        "qwen3 (MiniMind-3 dense) or qwen3_moe (MiniMind-3 MoE) folders for transformers, vLLM and SGLang, or one "
-        "gguf file (llama / qwen3 / qwen3moe, with the tokenizer) for llama.cpp and Ollama.",
-    )
-    parser.add_argument("model_dir", help="MiniMind folder (from `minimind-trl convert`, training or save_pretrained)")
-    parser.add_argument("output", help="native: the .pth file to write; gguf: the .gguf file; others: the folder")
-    parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
-    parser.add_argument(
-        "--dtype", default="auto", choices=[*DTYPES, "auto", "q8_0"],
-        help="weights dtype (default auto: the folder's; upstream's trainers save float16); gguf also takes q8_0 "
-        "(norms and the MoE router stay float32 there, as llama.cpp's converter keeps them)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tokenizer", default=None, metavar="DIR",
-        help="tokenizer folder to include (default: MODEL_DIR's own); gguf needs one, the folders warn without",
-    )  # fmt: skip
-    parser.add_argument(
-        "--force", action="store_true",
-        help="replace an earlier export at OUTPUT (never the input, a folder holding it, or other files)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--no_verify", dest="verify", action="store_false",
-        help="skip loading the export with transformers' class and comparing logits before it is moved into place",
-    )  # fmt: skip
-    return parser
-
-
 NO_TOKENIZER_WARNING = (
     "warning: {model_dir} has no tokenizer ({files}), so {output} gets none: transformers' AutoTokenizer, vLLM, "
     "SGLang and llama.cpp's converter read it from the folder. Pass --tokenizer DIR to include one."
@@ -225,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     correct model (a tokenizer can be copied in later), so they are written with a warning; native needs
     none (upstream MiniMind reads its tokenizer from its own model/ folder).
     """
-    args = build_parser().parse_args(argv)
+    args = export_parser().parse_args(argv)
     if args.dtype == "q8_0" and args.fmt != "gguf":
         raise ExportError(f"--dtype q8_0 is a GGUF type; --format {args.fmt} takes {', '.join(DTYPES)} or auto")
     check_output(args)

@@ -10,12 +10,19 @@ import json
 import logging
 import os
 
+from minimind_trl_cli.conversion import merge_lora_parser
+
 from ..adapter_base import ADAPTER_CONFIG, could_be_hub_id, locate_recorded_base
-from ..command_flags import FlagParser
 from ..errors import MergeError
-from ..loading_utils import DTYPES, check_output_apart, check_output_folder, write_folder_atomically
+from ..loading_utils import (
+    DTYPES,
+    check_output_apart,
+    check_output_folder,
+    check_writable,
+    os_error_line,
+    write_folder_atomically,
+)
 from ..path_identity import file_id
-from ..trainer.outputs.run_safety import check_writable, os_error_line
 
 logger = logging.getLogger(__name__)
 
@@ -138,24 +145,9 @@ def merge_lora(
     return merged
 
 
-def build_parser() -> FlagParser:
-    parser = FlagParser(prog="minimind-trl merge-lora", description=__doc__.split("\n\n")[0])
-    parser.add_argument("adapter_dir", help="folder with adapter_config.json (the output_dir of a --use_peft run)")
-    parser.add_argument("output_dir", help="where to write the merged model (must not exist unless --force)")
-    parser.add_argument(
-        "--base_model", help="base model folder or Hub id (default: the adapter's base_model_name_or_path)"
-    )
-    parser.add_argument("--dtype", default="float32", help="dtype to merge and save in (float32, bfloat16, float16)")
-    parser.add_argument(
-        "--force", action="store_true",
-        help="replace an earlier merge in output_dir (never the adapter, the base model or other files)",
-    )  # fmt: skip
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """`minimind-trl merge-lora`; user errors raise `MergeError` (the `minimind-trl` command reports them)."""
-    args = build_parser().parse_args(argv)
+    args = merge_lora_parser().parse_args(argv)
     merge_lora(args.adapter_dir, args.output_dir, base_model=args.base_model, dtype=args.dtype, force=args.force)
     print(f"merged {args.adapter_dir} into {args.output_dir}")
     return 0

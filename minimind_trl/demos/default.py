@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minimind_trl_cli.flags import FlagParser
+
 from .output_dir import DEMO_OUTPUTS, RUN_MARKER, prepare_output_dir  # noqa: F401  (demo.<name> for tests)
 from . import run as demo_run
 from . import minimind3
@@ -59,7 +61,6 @@ from .variants import (  # noqa: F401  (the recipes' names are the demo's public
     reward_kind,
     sampling,
 )
-from ..command_flags import FlagParser
 
 REWARD_MODEL_DIR = "_reward_model"
 GRPO_PROMPTS_FILE = "_grpo_prompts.jsonl"  # --rewards full: the bundled prompts less the held-out ones
@@ -154,7 +155,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None,
                         help=f"GRPO steps (default: the recipe's max_steps: {grpo['max_steps']}; with --agent "
                         f"{agent['max_steps']}, recipes/demo/agent.yaml's)")
-    parser.add_argument("--seed", type=int, default=42, help="seed for the model, the warm start and GRPO")
+    parser.add_argument("--seed", type=int, default=42,
+                        help="seed for the model, the warm start and GRPO (default: %(default)s)")
     parser.add_argument("--output_dir", default=None,
                         help="where outputs go (default: minimind-trl-demo, with --agent minimind-trl-demo-agent)")
     parser.add_argument(

@@ -1,5 +1,5 @@
-"""What `minimind-trl demo` shows and writes: a progress bar with one line per step, `metrics.jsonl`, the reward
-curve, and the closing summary.
+"""What `minimind-trl demo` shows and writes: a progress bar for each stage that runs steps (the reward model, the
+warm start, GRPO with one line per step), `metrics.jsonl`, the reward curve, and the closing summary.
 
 The numbers all come from the Trainer's own logs (TRL logs the total reward as `reward` and each reward function
 as `rewards/<name>/mean`), so the demo reports exactly what `minimind-trl grpo` would log.
@@ -53,9 +53,35 @@ CURVE_TERMS = (
 )
 
 
+def step_bar(stage: str, total: int) -> tqdm:
+    """The progress bar of a stage of `total` steps (on stderr, as the libraries' bars)."""
+    return tqdm(total=total, desc=stage, unit="step", dynamic_ncols=True)
+
+
+class StageProgress(TrainerCallback):
+    """A progress bar over a quieted Trainer's steps (the SFT warm starts), with its last logged loss."""
+
+    def __init__(self, stage: str):
+        self.stage = stage
+        self._bar = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._bar = step_bar(self.stage, state.max_steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._bar.update(state.global_step - self._bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._bar is not None and logs and "loss" in logs:
+            self._bar.set_postfix(loss=f"{logs['loss']:.3f}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._bar.close()
+
+
 def quieted(trainer):
     """`trainer` without the Trainer's printed log dicts and progress bar: the demo prints its own lines
-    (`DemoProgress`), and its SFT warm starts print none."""
+    (`DemoProgress`), and its SFT warm starts a bar of their steps (`StageProgress`)."""
     from transformers import PrinterCallback, ProgressCallback
 
     for callback in (PrinterCallback, ProgressCallback):
@@ -76,7 +102,7 @@ class DemoProgress(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._file = self.metrics_path.open("w", encoding="utf-8")
-        self._bar = tqdm(total=state.max_steps, desc="GRPO", unit="step", dynamic_ncols=True)
+        self._bar = step_bar("GRPO", state.max_steps)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "reward" not in logs:  # the end-of-training summary log has no reward
@@ -325,6 +351,8 @@ def summary_lines(
 
 __all__ = [
     "DemoProgress",
+    "StageProgress",
+    "step_bar",
     "quieted",
     "format_samples",
     "format_step_line",

@@ -236,6 +236,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
     pairwise accuracy)."""
     import torch
     from safetensors.torch import save_file
+    from tqdm.auto import tqdm
 
     from ..models.internlm2_reward import load_internlm2_reward_model, load_internlm2_tokenizer
     from ..models.internlm2_reward.tiny import write_tiny_internlm2_reward_model
@@ -253,6 +254,7 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     pad = tokenizer.pad_token_id
+    bar = tqdm(total=steps, desc="Reward model", unit="step", dynamic_ncols=True)  # as the demo's other stages
     for step in range(steps):
         batch = train_pairs[step * batch_size : (step + 1) * batch_size]
         ids = [scorer.token_ids(layout.conversation(q, c, x)) for q, c, _, x in batch] + [
@@ -272,9 +274,12 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        bar.update()
         if log and (step + 1) % 50 == 0:
             log(f"reward model step {step + 1}/{steps}: loss {loss.item():.3f}, "
                 f"train accuracy {(margin > 0).float().mean().item():.2f}")
+    bar.close()
 
     model.eval().requires_grad_(False)
     state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}

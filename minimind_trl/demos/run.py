@@ -11,13 +11,10 @@ from pathlib import Path
 
 def quiet_libraries() -> None:
     """The demo prints its own progress; keep the libraries' progress bars and notices out of it."""
-    import warnings
-
     import datasets
     import transformers
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the demo runs on CPU; spares DeepSpeed's "no GPU found" notice
-    warnings.filterwarnings("ignore", message=".*is deprecated and will be removed in v6", category=FutureWarning)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.utils.logging.disable_progress_bar()
@@ -63,10 +60,10 @@ def run_sft(model, tokenizer, sft_args, rows: list[dict], stop_callback):
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from .progress import quieted
+    from .progress import StageProgress, quieted
 
     trainer = SFTTrainer(model=model, args=sft_args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         callbacks=[stop_callback])  # fmt: skip
+                         callbacks=[stop_callback, StageProgress("Warm start (SFT)")])  # fmt: skip
     quieted(trainer)
     trainer.train()
     return trainer

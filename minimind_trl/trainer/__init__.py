@@ -22,7 +22,6 @@ from .algorithm.advantages import AdvantageInputs, minimind_advantages, register
 from .algorithm.loss_aggregation import LossScale, register_loss_aggregation
 from .algorithm.policy_losses import PolicyLossInputs, register_policy_loss
 from .grpo_config import MiniMindGRPOConfig
-from .grpo_trainer import MiniMindGRPOTrainer
 
 __all__ = [
     "AdvantageInputs",
@@ -35,3 +34,13 @@ __all__ = [
     "register_loss_aggregation",
     "register_policy_loss",
 ]
+
+
+def __getattr__(name: str):
+    # The trainer (TRL's GRPOTrainer, datasets, pandas) is imported when first named, so that the config and the
+    # checks, which `minimind-trl grpo --help` builds its parser from, come without it.
+    if name == "MiniMindGRPOTrainer":
+        from .grpo_trainer import MiniMindGRPOTrainer
+
+        return MiniMindGRPOTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,11 +9,11 @@ import pytest
 
 from minimind_trl.cli import main as cli
 from minimind_trl.demos import default as demo
-from minimind_trl.command_flags import both_spellings
-from minimind_trl.cli import push
 from minimind_trl.cli.recipe import make_parser
-from minimind_trl.conversion import convert, export, merge_lora
 from minimind_trl.errors import USER_ERROR_EXIT_CODE, MiniMindTRLError
+from minimind_trl_cli.conversion import convert_parser, export_parser, merge_lora_parser
+from minimind_trl_cli.flags import both_spellings
+from minimind_trl_cli.hub import push_parser
 
 
 def test_both_spellings():
@@ -26,13 +26,13 @@ def test_both_spellings():
 @pytest.mark.parametrize(
     "parse, snake, kebab, dest",
     [
-        (convert.build_parser().parse_args, ["c.pth", "o", "--num_attention_heads", "4"],
+        (convert_parser().parse_args, ["c.pth", "o", "--num_attention_heads", "4"],
          ["c.pth", "o", "--num-attention-heads", "4"], "num_attention_heads"),
-        (export.build_parser().parse_args, ["m", "o", "--format", "llama", "--no_verify"],
+        (export_parser().parse_args, ["m", "o", "--format", "llama", "--no_verify"],
          ["m", "o", "--format", "llama", "--no-verify"], "verify"),
-        (merge_lora.build_parser().parse_args, ["a", "o", "--base_model", "b"], ["a", "o", "--base-model", "b"],
+        (merge_lora_parser().parse_args, ["a", "o", "--base_model", "b"], ["a", "o", "--base-model", "b"],
          "base_model"),
-        (push.build_parser().parse_args, ["o", "--hub_model_id", "a/b", "--hub_private_repo"],
+        (push_parser().parse_args, ["o", "--hub_model_id", "a/b", "--hub_private_repo"],
          ["o", "--hub-model-id", "a/b", "--hub-private-repo"], "hub_model_id"),
         (demo.parse_args, ["--output_dir", "d", "--warm_start_steps", "3"], ["--output-dir", "d", "--warm-start-steps", "3"],
          "output_dir"),

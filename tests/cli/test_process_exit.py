@@ -1,4 +1,4 @@
-"""How a `minimind-trl` process ends (`minimind_trl.cli.process_exit`): a launched process runs what the interpreter
+"""How a `minimind-trl` process ends (`minimind_trl_cli.process_exit`): a launched process runs what the interpreter
 runs at exit except its finalization, so a gloo worker thread cannot abort it once its work is done."""
 
 import gzip
@@ -12,8 +12,8 @@ import pytest
 from conftest import free_port
 
 from minimind_trl.cli import main as cli_main
-from minimind_trl.cli import process_exit
-from minimind_trl.cli.process_exit import exit_process
+from minimind_trl_cli import process_exit
+from minimind_trl_cli.process_exit import exit_process
 
 # Loaded from its file: the module needs only the standard library, and importing the package (transformers) would
 # triple each process's start.

@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from warning_counts import recorded_warnings
 
 from minimind_trl.agent import Toolbox, load_toolbox, parse_tool_calls
 from minimind_trl.agent.reward import verified_gt
@@ -28,9 +29,18 @@ def agent_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         captured = []
         patch.setattr("builtins.print", lambda *a, **k: captured.append(" ".join(str(x) for x in a)))
-        rc = cli(["demo", "--agent", "--steps", "2", "--warm-start-steps", "3", "--seed", "0", "--threads", "1",
-                  "--output-dir", str(output_dir)])  # fmt: skip
+        with recorded_warnings() as recorded:
+            rc = cli(["demo", "--agent", "--steps", "2", "--warm-start-steps", "3", "--seed", "0", "--threads", "1",
+                      "--output-dir", str(output_dir)])  # fmt: skip
+    REPEATED_WARNINGS.extend(recorded.repeated())
     return rc, output_dir, "\n".join(captured)
+
+
+REPEATED_WARNINGS = []  # what the agent_run fixture's demo gave more than once (tests/warning_counts.py)
+
+
+def test_no_warning_is_given_twice_in_the_agent_demo(agent_run):
+    assert not REPEATED_WARNINGS, "\n".join(REPEATED_WARNINGS)
 
 
 def test_the_agent_demo_runs_and_writes_its_outputs(agent_run):

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from warning_counts import recorded_warnings
 
 from minimind_trl import MiniMindConfig, MiniMindForCausalLM
 from minimind_trl.demos import default as demo
@@ -23,6 +24,7 @@ from minimind_trl.rewards import format_reward, tag_count_reward
 
 SMOKE_ARGS = ["--rewards", "rules", "--steps", "4", "--warm-start-steps", "2", "--seed", "0", "--threads", "1"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+REPEATED_WARNINGS = {}  # each module fixture's demo run -> the warnings it gave more than once (`warning_counts`)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,9 @@ def smoke_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for module, name in ((recipe, "parse_recipe"), (build, "build_trainer"), (grpo, "run")):
             patch.setattr(module, name, spy(module, name))
-        rc = cli(["demo", *SMOKE_ARGS, "--output-dir", str(output_dir)])
+        with recorded_warnings() as recorded:
+            rc = cli(["demo", *SMOKE_ARGS, "--output-dir", str(output_dir)])
+    REPEATED_WARNINGS["smoke_run"] = recorded.repeated()
     return rc, output_dir, calls
 
 
@@ -342,8 +346,9 @@ def full_smoke_run(tmp_path_factory):
     from io import StringIO
 
     output_dir = tmp_path_factory.mktemp("demo-full") / "out"
-    with redirect_stdout(StringIO()) as printed:
+    with redirect_stdout(StringIO()) as printed, recorded_warnings() as recorded:
         rc = cli(["demo", *FULL_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    REPEATED_WARNINGS["full_smoke_run"] = recorded.repeated()
     (output_dir.parent / "stdout.txt").write_text(printed.getvalue(), encoding="utf-8")
     return rc, output_dir
 
@@ -520,8 +525,17 @@ MINIMIND3_TERMS = ("length", "thinking_length", "think_close_count", "repetition
 def minimind3_smoke_run(tmp_path_factory):
     """One short `minimind-trl demo --upstream minimind3` run: a 3-step reward model, 2 SFT steps, 3 GRPO steps."""
     output_dir = tmp_path_factory.mktemp("demo-minimind3") / "out"
-    rc = cli(["demo", *MINIMIND3_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    with recorded_warnings() as recorded:
+        rc = cli(["demo", *MINIMIND3_SMOKE_ARGS, "--output-dir", str(output_dir)])
+    REPEATED_WARNINGS["minimind3_smoke_run"] = recorded.repeated()
     return rc, output_dir
+
+
+@pytest.mark.parametrize("run", ["smoke_run", "full_smoke_run", "minimind3_smoke_run"])
+def test_no_warning_is_given_twice_in_a_demo_run(run, request):
+    """Its reward model, warm start and GRPO steps warn nothing at every step (tests/warning_counts.py)."""
+    request.getfixturevalue(run)
+    assert not REPEATED_WARNINGS[run], "\n".join(REPEATED_WARNINGS[run])
 
 
 def test_minimind3_demo_trains_minimind3s_grpo_and_logs_its_five_terms(minimind3_smoke_run):

@@ -244,6 +244,34 @@ def test_gradient_checkpointing_gives_the_same_gradients(use_moe, use_reentrant)
         torch.testing.assert_close(p_ckpt.grad, p_ref.grad, atol=1e-7, rtol=1e-5, msg=name)
 
 
+def test_is_gradient_checkpointing_answers_as_transformers_does_without_its_warning():
+    """TRL reads the former name around every rollout; transformers warns on each read, MiniMind answers quietly."""
+    import warnings
+
+    model = MiniMindForCausalLM(_tiny_config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for enable in (True, False):
+            (model.activation_checkpointing_enable if enable else model.activation_checkpointing_disable)()
+            assert model.is_gradient_checkpointing is model.is_activation_checkpointing is enable
+
+
+def test_the_former_checkpointing_switches_work_without_their_warning():
+    """TRL's `disable_gradient_checkpointing` calls the former names around every rollout; each call warned."""
+    import warnings
+
+    model = MiniMindForCausalLM(_tiny_config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for enable in (True, False, True):
+            (model.gradient_checkpointing_enable if enable else model.gradient_checkpointing_disable)()
+            assert model.is_activation_checkpointing is enable
+        model.activation_checkpointing_disable()  # the new names reach the same switch through the override
+        assert not model.is_activation_checkpointing
+        model.activation_checkpointing_enable({"use_reentrant": False})
+        assert model.is_activation_checkpointing
+
+
 def test_labels_loss_matches_shifted_cross_entropy():
     torch.manual_seed(0)
     model = MiniMindForCausalLM(_tiny_config()).eval()

@@ -168,7 +168,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 from grpo_fixtures import PROMPTS, token_reward
-from minimind_trl.cli.process_exit import exit_process
+from minimind_trl_cli.process_exit import exit_process
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
@@ -217,7 +217,7 @@ trainer.train()
 if rank == 0:
     torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), f"{out}/final.pt")
 trainer.end()
-exit_process(0)  # a launched process leaves without the gloo abort at exit (minimind_trl.cli.process_exit)
+exit_process(0)  # a launched process leaves without the gloo abort at exit (minimind_trl_cli.process_exit)
 """
 
 

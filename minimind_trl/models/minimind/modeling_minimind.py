@@ -393,6 +393,24 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         # arithmetic) unless `experts_implementation` asks for another
         return super().get_correct_experts_implementation("eager" if requested_experts is None else requested_experts)
 
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        # TRL reads this name around every rollout; transformers 5 renamed it `is_activation_checkpointing` and warns
+        # (FutureWarning) on each read of the old one. The same test, on either transformers, without the warning.
+        return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
+        # TRL switches checkpointing off and on again around every rollout by transformers' former names, each call a
+        # FutureWarning on transformers 5; the same switch without it (transformers 4 has only these names)
+        switch_on = getattr(super(), "_activation_checkpointing_enable", None)
+        if switch_on is None:
+            return super().gradient_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
+        return switch_on(gradient_checkpointing_kwargs, **kwargs)
+
+    def gradient_checkpointing_disable(self):
+        switch_off = getattr(super(), "_activation_checkpointing_disable", None)
+        return super().gradient_checkpointing_disable() if switch_off is None else switch_off()
+
     def save_pretrained(self, *args, **kwargs):
         # vLLM's transformers backend looks the backbone up through auto_map["AutoModel"]; transformers only
         # records the saved class (AutoModelForCausalLM), so name the backbone too when shipping remote code.

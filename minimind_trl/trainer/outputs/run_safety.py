@@ -14,12 +14,11 @@ import logging
 import os
 import re
 import struct
-import tempfile
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ...errors import MiniMindTRLError, OutputDirError, ResumeError
+from ...errors import MiniMindTRLError, ResumeError
 from ..algorithm.policy_losses import check_loss_kwargs
 from .checkpointing import RUN_INFO_NAME, checkpoint_step, resolve_resume_checkpoint, resume_state_files
 from .output_dir import (  # the output folder's rules, re-exported for older imports
@@ -51,28 +50,6 @@ UNSAFE = "unsafe: "  # how `_unreadable` marks a file a safe load refuses (a pic
 
 
 # --------------------------------------------------------------------------- the output folder
-
-
-def check_writable(path: str, error: type[Exception] = OutputDirError, flag: str = "output_dir") -> None:
-    """Fail now, before models load, when `path` (a folder to create or fill) cannot be written: a read-only or
-    missing location, a file in the way. Probes by creating a file in the nearest existing folder."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise error(f"{flag} {path}: cannot write there ({probe} is a file, not a folder)")
-    try:
-        handle, name = tempfile.mkstemp(prefix=".minimind-write-check-", dir=probe)
-        os.close(handle)
-        os.remove(name)
-    except OSError as exc:
-        raise error(f"{flag} {path}: cannot write there ({exc.strerror}: {probe})") from None
-
-
-def os_error_line(exc: OSError) -> str:
-    """An OS error as one line naming the path (`No space left on device: out/model.safetensors`)."""
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
 
 
 # --------------------------------------------------------------------------- the data
@@ -326,10 +303,8 @@ __all__ = [
     "check_output_dir",
     "check_resume_checkpoint",
     "check_same_run",
-    "check_writable",
     "clear_old_checkpoints",
     "guarded_run",
-    "os_error_line",
     "read_run_info",
     "recipe_settings",
     "run_inputs",

@@ -203,7 +203,7 @@ import json, os, sys
 import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
-from minimind_trl.cli.process_exit import exit_process
+from minimind_trl_cli.process_exit import exit_process
 from minimind_trl import MiniMindForCausalLM
 from minimind_trl.trainer import MiniMindGRPOConfig, MiniMindGRPOTrainer
 
@@ -245,7 +245,7 @@ with open(f"{out}/final-rank{rank}.json", "w") as f:
     json.dump({"checksum": float(sum(t.double().abs().sum() for t in weights.values())),
                "logs": [e for e in trainer.state.log_history if "dynamic_sampling/zero_spread_before" in e]}, f)
 trainer.end()
-exit_process(0)  # a launched process leaves without the gloo abort at exit (minimind_trl.cli.process_exit)
+exit_process(0)  # a launched process leaves without the gloo abort at exit (minimind_trl_cli.process_exit)
 """
 
 

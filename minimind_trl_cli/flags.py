@@ -2,11 +2,12 @@
 
 `minimind-trl grpo` parses with TRL's `TrlParser`, which already accepts both spellings of a field; the
 argparse commands (`convert`, `export`, `merge-lora`, `demo`) build their parser with `FlagParser`, which
-registers both spellings of every long option it is given. A floor-one module, not part of `cli/`, because
-`conversion/`'s commands (one layer below `cli/`) build their parsers with it too.
+registers both spellings of every long option it is given.
 """
 
 import argparse
+
+DTYPE_CHOICES = ("float32", "float16", "bfloat16")  # the dtypes a command's `--dtype` takes by name
 
 
 def both_spellings(option: str) -> list[str]:
@@ -26,4 +27,4 @@ class FlagParser(argparse.ArgumentParser):
         return super().add_argument(*dict.fromkeys(spelled), **kwargs)
 
 
-__all__ = ["FlagParser", "both_spellings"]
+__all__ = ["DTYPE_CHOICES", "FlagParser", "both_spellings"]

@@ -30,6 +30,8 @@ import threading
 import traceback
 from typing import NoReturn
 
+USER_ERROR_EXIT_CODE = 2  # argparse's usage-error code: every command's exit for bad input (`minimind_trl.errors`)
+
 # The variables a launcher (`accelerate launch`, `torchrun`, Slurm through them) sets for each process, which this
 # package, accelerate and torch read with `int()`, with the least value each may take.
 LAUNCH_VARIABLES = {"WORLD_SIZE": 1, "LOCAL_WORLD_SIZE": 1, "RANK": 0, "LOCAL_RANK": -1}
@@ -130,4 +132,6 @@ def close_open_files() -> None:
         remaining = [file for file in remaining if file not in outermost and _is_open(file)]
 
 
-__all__ = ["close_open_files", "exit_process", "launch_environment_problem", "launched_process"]
+__all__ = [
+    "USER_ERROR_EXIT_CODE", "close_open_files", "exit_process", "launch_environment_problem", "launched_process",
+]
