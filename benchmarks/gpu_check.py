@@ -22,6 +22,9 @@ Parts (default: all, in this order; the benchmark second, so that a budget cut l
                    the InternLM2 reward model on the device in fp32/fp16/bf16 vs fp32 on the CPU
     logprobs       tests/gpu/test_gpu_logprobs.py: fused log-prob head vs plain logits; share_prompts on vs off
     zero           tests/gpu/test_gpu_zero.py: accelerate launch with ZeRO-2 and ZeRO-3 on one GPU, 3 steps each
+    fsdp           tests/gpu/test_gpu_fsdp.py: accelerate launch with FSDP2 (recipes/accelerate/fsdp.yaml) on one GPU,
+                   3 steps: generation, a checkpoint, the whole weights gathered and saved
+    qlora          tests/gpu/test_gpu_qlora.py: --load_in_4bit with LoRA (bitsandbytes, carried), 3 steps
     lora           tests/gpu/test_gpu_training.py -k lora: only adapters train, reference = adapters disabled
     resume         tests/gpu/test_gpu_training.py -k resume: a stopped run resumed from `last` = the uninterrupted run
     agent          tests/gpu/test_gpu_training.py -k agent: agent rollouts calling calculate_math, 3 steps
@@ -56,6 +59,8 @@ PARTS = {
     "precision": ([f"{TESTS}/test_gpu_precision.py", "tests/models/test_reward_models.py"], 150, 120),
     "logprobs": ([f"{TESTS}/test_gpu_logprobs.py"], 120, 120),
     "zero": ([f"{TESTS}/test_gpu_zero.py"], 240, 180),
+    "fsdp": ([f"{TESTS}/test_gpu_fsdp.py"], 120, 150),
+    "qlora": ([f"{TESTS}/test_gpu_qlora.py"], 90, 90),
     "lora": ([f"{TESTS}/test_gpu_training.py", "-k", "lora"], 90, 90),
     "resume": ([f"{TESTS}/test_gpu_training.py", "-k", "resume"], 120, 120),
     "agent": ([f"{TESTS}/test_gpu_training.py", "-k", "agent"], 120, 120),
@@ -64,7 +69,7 @@ PARTS = {
 # seconds each part is expected to take on one H100/H200 (guesses: nothing has run there yet); a part starts only if
 # the time spent plus its guess fits the budget, and its limit is cut to what is left of the budget (30 s granted)
 GPU_GUESS = {"env": 15, "bench": 190, "precision": 40, "logprobs": 40, "lora": 30, "resume": 50, "agent": 40,
-             "zero": 80, "bench_compile": 240}  # fmt: skip
+             "zero": 80, "fsdp": 45, "qlora": 40, "bench_compile": 240}  # fmt: skip
 PINNED = ("transformers",)  # must equal .ci/constraints.txt there (the others are reported)
 REQUIRED = ("transformers", "trl", "datasets", "deepspeed", "peft", "accelerate")  # the parts import them
 REPORTED = ("torch", "numpy", "transformers", "trl", "datasets", "deepspeed", "peft", "accelerate", "triton", "pytest",

@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/gpu_check.sh [--cpu [--carried]] [--budget-s S] [--jobs N] [PART ...]
 #
-# Parts (default all, in this order): env bench precision logprobs zero lora resume agent bench_compile
+# Parts (default all, in this order): env bench precision logprobs zero fsdp qlora lora resume agent bench_compile
 # (benchmarks/gpu_check.py --help says what each runs). Writes $OUT/gpu_check.json (the report, rewritten after each
 # part) and $OUT/gpu_check.log (every part's output); OUT defaults to ./gpu_check_out. Needs no network. One check per
 # OUT ($OUT/gpu_check.lock; a second is refused). Ctrl-C or SIGTERM stops the running parts with what they started and

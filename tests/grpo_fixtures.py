@@ -164,15 +164,25 @@ def token_reward(prompts, completions, completion_ids, trainer_state=None, **kwa
 from transformers import TrainerCallback  # noqa: E402
 
 
+def _local_shard(param):
+    """What this rank holds of a parameter: DeepSpeed ZeRO-3's `ds_tensor`, FSDP2's local DTensor shard, or the
+    whole parameter."""
+    from torch.distributed.tensor import DTensor
+
+    if hasattr(param, "ds_tensor"):
+        return param.ds_tensor
+    return param.to_local() if isinstance(param, DTensor) else param
+
+
 class RankProbe(TrainerCallback):
     """Records, on every rank, the process layout and how the policy's parameters are held (DeepSpeed
-    ZeRO-3 partitions: each rank's `ds_tensor` holds its shard)."""
+    ZeRO-3 partitions: each rank's `ds_tensor` holds its shard; FSDP2: each parameter is a sharded DTensor)."""
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         import torch.distributed as dist
 
         params = list(model.parameters())
-        partitioned = [p for p in params if hasattr(p, "ds_tensor")]
+        partitioned = [p for p in params if _local_shard(p) is not p]
         _probe(
             "layout",
             rank=dist.get_rank() if dist.is_initialized() else 0,
@@ -181,12 +191,11 @@ class RankProbe(TrainerCallback):
             distributed_type=str(args.distributed_state.distributed_type),
             zero_stage=args.deepspeed_plugin.zero_stage if args.deepspeed_plugin is not None else None,
             full_numel=sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params),
-            local_numel=sum(p.ds_tensor.numel() for p in partitioned)
-            if partitioned
-            else sum(p.numel() for p in params),
+            local_numel=sum(_local_shard(p).numel() for p in params),
             partitioned_params=len(partitioned),
             trainable=sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params if p.requires_grad),
             peft=type(model).__name__,
+            linear_layers=sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("Linear")}),
         )
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -194,11 +203,11 @@ class RankProbe(TrainerCallback):
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         # Under DDP every rank must end with the same weights (gradients are averaged), although each rank
-        # generated for different prompts. (Under ZeRO-3 this is the checksum of the rank's own shard.)
+        # generated for different prompts. (Under ZeRO-3 and FSDP this is the checksum of the rank's own shard.)
         import torch
 
         with torch.no_grad():
-            local = [p.ds_tensor if hasattr(p, "ds_tensor") else p for p in model.parameters()]
+            local = [_local_shard(p) for p in model.parameters()]
             _probe("final", checksum=float(sum(t.double().abs().sum() for t in local)), step=state.global_step)
 
 

@@ -88,6 +88,7 @@ def build_from_plan(
         processing_class=tokenizer,
         callbacks=plan.callbacks + list(callbacks or []),
         peft_config=plan.peft_config,
+        quantization_config=plan.quantization_config,
         rollout_func=rollout_func,
         run_identity=plan.run_identity,
         run_card=plan.run_card,

@@ -6,6 +6,7 @@ into `<output_dir>/_base_model` (the main process converts, the others wait; a r
 prefix keeps it out of the Trainer's Hub uploads.
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from ..loading_utils import looks_local
 from ..models.minimind.peft_defaults import MINIMIND_LORA_TARGETS
 from ..models.minimind.tokenization_minimind import portable_tokenizer
 from ..trainer.outputs.output_dir import CONVERTED_DIR
+from ..trainer.speed.cpu_precision import runs_on_cpu
 
 NATIVE_SUFFIXES = (".pth", ".pt")
 SOURCE_MARKER = "minimind_source.json"
@@ -218,6 +220,31 @@ def lora_config(model_args):
     return get_peft_config(model_args)
 
 
+def quantization_config(model_args, training_args):
+    """TRL's `get_quantization_config` (the policy's weights in bitsandbytes 4 or 8 bits, trained through a LoRA
+    adapter: QLoRA), or None; refused, naming the flag, where it cannot run: on CPU (bitsandbytes quantizes for
+    CUDA), without bitsandbytes, without `use_peft` (quantized weights cannot be trained themselves)."""
+    from trl import get_quantization_config
+
+    flags = [flag for flag in ("load_in_4bit", "load_in_8bit") if getattr(model_args, flag)]
+    if not flags:
+        return None
+    flag = f"--{flags[0]} true"  # TRL's ModelConfig refuses both at once
+    if not model_args.use_peft:
+        raise ModelSourceError(
+            f"{flag}: quantized weights cannot be trained themselves; train a LoRA adapter on them (QLoRA): add "
+            "--use_peft true (docs/training.md#qlora-a-quantized-policy)"
+        )
+    if runs_on_cpu(training_args.use_cpu):
+        raise ModelSourceError(
+            f"{flag}: bitsandbytes quantizes the policy for a CUDA GPU, and this run is on the CPU; leave the flag out "
+            "(MiniMind's sizes train unquantized on a CPU)"
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelSourceError(f"{flag} needs the bitsandbytes package, which is not installed: pip install bitsandbytes")
+    return get_quantization_config(model_args)
+
+
 def model_init_kwargs(model_args, training_args) -> dict:
     """`from_pretrained` arguments for the policy and the reference model (no remote code on the default path)."""
     kwargs = {
@@ -245,5 +272,6 @@ __all__ = [
     "model_init_kwargs",
     "policy_source",
     "prepare_policy",
+    "quantization_config",
     "resolve_policy",
 ]

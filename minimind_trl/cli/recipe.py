@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import RecipeError
 from ..trainer.checks.config_ranges import NAMED_VALUES, RANGES, check_ranges, range_problem
 from .grpo_help import lay_out_help
+from .options import check_refused_options, check_refused_value, field_defaults
 from .script_args import GRPOScriptArguments
 
 REPO_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -102,7 +103,7 @@ def check_recipe_keys(parser, path: str) -> str:
     if node is None or not isinstance(node, yaml.MappingNode):
         raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
     known = {action.dest for action in parser._actions} - {"help", "config"} | {"env"}
-    types = field_types(parser)
+    types, defaults = field_types(parser), field_defaults(parser)
     seen: dict[str, int] = {}
     for key_node, value_node in node.value:
         key, line = key_node.value, key_node.start_mark.line + 1
@@ -121,6 +122,7 @@ def check_recipe_keys(parser, path: str) -> str:
             problem = value_problem(key, value, types[key])
             if problem:
                 raise RecipeError(f"{path}:{value_node.start_mark.line + 1}: {key}: {problem}")
+            check_refused_value(key, value, defaults, where=f"{path}:{line}")  # before TRL's parsing: some fail raw
     return text
 
 
@@ -360,6 +362,7 @@ def parse_args(argv: list[str] | None = None):
         where = f" ({recipe.path})" if recipe.path else ""
         raise RecipeError(f"invalid arguments{where}: {exc}{_process_hint(exc)}{_cpu_hint(exc)}") from exc
     check_ranges(model_args)  # TRL's ModelConfig (lora_r, lora_alpha, lora_dropout) checks none of its numbers
+    check_refused_options(parser, (script_args, training_args, model_args))  # options nothing here would act on
     drop_reward_model_rewards(script_args, training_args, recipe)
     return script_args, training_args, model_args, recipe
 

@@ -32,7 +32,15 @@ from ..trainer.outputs.run_safety import check_enough_prompts, check_resume_chec
 from ..trainer.algorithm.seam_choice import seam_run_identity
 from ..trainer.outputs.model_card import RunCard, describe_run
 from .hub import check_hub_repo
-from .policy import PolicySource, check_model_source, is_native_checkpoint, lora_config, model_init_kwargs, policy_source
+from .policy import (
+    PolicySource,
+    check_model_source,
+    is_native_checkpoint,
+    lora_config,
+    model_init_kwargs,
+    policy_source,
+    quantization_config,
+)
 from .recipe import Recipe
 from .run_data import (
     PromptSources, check_data_sources, held_out_source, mixture_identity, prompt_sources, training_source
@@ -195,6 +203,7 @@ class RunPlan:
     chat_template_kwargs: dict = field(default_factory=dict)  # what every chat template renders with
     model_init_kwargs: dict = field(default_factory=dict)  # `from_pretrained`'s, for the policy and the reference
     peft_config: object = None  # the adapter TRL wraps the policy in (`lora_config`), or None
+    quantization_config: object = None  # the policy's bitsandbytes weights under that adapter (QLoRA), or None
     run_card: RunCard | None = None  # the model card's description of the run
     rewards: RewardSpec = field(default_factory=RewardSpec)  # what the reward builders read
 
@@ -207,6 +216,7 @@ def check_run(
     model card shows of the recipe."""
     check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
     policy = policy_source(model_args, script_args, training_args.output_dir)
+    quantization = quantization_config(model_args, training_args)
     if check_data:
         check_data_sources(script_args, training_args)
     prompts = prompt_sources(script_args, training_args)
@@ -272,6 +282,7 @@ def check_run(
         chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
         model_init_kwargs=model_init_kwargs(model_args, training_args),
         peft_config=peft_config,
+        quantization_config=quantization,
         run_card=run_card(
             script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, own_data=not check_data
         ),

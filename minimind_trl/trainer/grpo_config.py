@@ -13,6 +13,7 @@ from ..generations import TRAINING, UPSTREAMS, RunPrecision, get_generation, ren
 from .algorithm.advantages import TRL_ADVANTAGES
 from .checks.config_ranges import check_ranges, warn_loss_options
 from .checks.extras import require_deepspeed_extra
+from .fsdp_launch import check_fsdp_launch
 from .speed.compiled_generation import check_compile_generation
 from .speed.cpu_precision import choose_bf16, runs_on_cpu
 from .algorithm.loss_aggregation import effective_loss_aggregation
@@ -358,6 +359,7 @@ class MiniMindGRPOConfig(GRPOConfig):
         self._choose_precision()
         super().__post_init__()
 
+        check_fsdp_launch()  # FSDP2 saving whole weights, from the accelerate config
         check_seam_choices(self)  # after `package.module:function` values are imported and registered
         problems = loss_option_problems(self)
         if problems:

@@ -44,6 +44,7 @@ from .algorithm.policy_losses import TRL_LOSS_TYPES, PolicyLossInputs, compute_p
 from .algorithm.policy_losses import check_loss_kwargs, upto_first_eos_mask
 from .speed.prompt_sharing import shares_prompts, with_shared_prompt
 from .rollouts.tool_loop_checks import record_unanswered_calls
+from .fsdp_launch import shard_on_cpu
 from .trl_overrides import completions_as_text, reference_copy, trl_init_overrides
 from .rollouts.vllm_rollouts import check_server_logprobs_mode, reload_layerwise_on_cpu, shut_down_engine
 
@@ -125,6 +126,13 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
         tokenizer = getattr(self.processing_class, "name_or_path", None)
         self._run_inputs = run_inputs(self.run_identity, tokenizer, reward_model_sources(reward_funcs))
 
+    def create_accelerator_and_postprocess(self):
+        """transformers' accelerator, sharded with FSDP2 on CPU too when the launch asks for FSDP (accelerate does so
+        only on accelerators: `fsdp_launch.shard_on_cpu`)."""
+        super().create_accelerator_and_postprocess()
+        if shard_on_cpu(self.accelerator):
+            self.is_fsdp_enabled = True
+
     # --- prompts and generation ------------------------------------------------------------------------
 
     def _tokenize_prompts(self, prompts: list):
@@ -151,7 +159,8 @@ class MiniMindGRPOTrainer(CheckpointedTraining, GRPOTrainer):
             # ZeRO-3/FSDP gather parameters inside every forward; stock `generate` keeps the ranks in step
             # (`synced_gpus`), the lean loop stops as soon as the local rows finish.
             if args.sampling_weights_dtype not in (None, "auto"):
-                raise ValueError("sampling_weights_dtype is not supported with DeepSpeed or FSDP")
+                raise RecipeError(f"sampling_weights_dtype: {args.sampling_weights_dtype} is the lean sampler's, which "
+                                  "DeepSpeed and FSDP runs do not use; leave it unset")
             return None
         sampler = FastSampler()
         if args.sampling_weights_dtype == "auto":  # bf16 decode GEMMs only through the kernel (see the config)

@@ -91,6 +91,8 @@ PRIVATE_MEMBERS = (
                   ("checkpoint_folder",)),
     PrivateMember(TRAINER, "_save_checkpoint", "method", "checkpoints staged, appearing only when complete",
                   ("model", "trial")),
+    PrivateMember(TRAINER, "_save", "method", "FSDP2's gathered weights saved as the policy's own class, tied once",
+                  ("output_dir", "state_dict"), ("state_dict",)),
     # -- module functions trl_overrides swaps while GRPOTrainer.__init__ runs (no argument for them) --
     PrivateMember(TRL_GRPO_MODULE, "add_fused_lm_head", "module function", "log-probs at the scoring temperature",
                   ("model",), ("temperature",)),

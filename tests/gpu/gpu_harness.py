@@ -3,13 +3,17 @@ fp32 or bf16, fixed completions in place of sampling, one micro-batch's loss and
 the check's part."""
 
 import copy
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 import torch
+from conftest import free_port
+from grpo_fixtures import PROBE_DIR_ENV, REPO_ROOT, subprocess_env
 from grpo_fixtures import UNEQUAL_PROMPTS as PROMPTS
 from grpo_fixtures import fixed_generation as shared_fixed_generation
 
@@ -52,6 +56,27 @@ def run_launch(command: list[str], env: dict, timeout: float) -> subprocess.Comp
         stdout, stderr = process.communicate()
         pytest.fail(f"the launch stopped after {timeout:.0f} s; it printed:\n{(stdout + stderr)[-4000:]}")
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def launch_grpo(config: str, recipe, probe, device: str) -> list:
+    """`accelerate launch --config_file recipes/accelerate/<config>.yaml` of `minimind-trl grpo --config recipe` in one
+    process on `device` (bf16 on CUDA, the configs' mixed precision), with `grpo_fixtures:RankProbe` writing into
+    `probe`; fails the test with the launch's output if it fails. Returns the reader of the probe's records by kind."""
+    probe.mkdir()
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(REPO_ROOT / "recipes" / "accelerate" / f"{config}.yaml"),
+        "--num_processes", "1", "--mixed_precision", "bf16" if device == "cuda" else "no",
+        "--main_process_port", str(free_port()),
+        "-m", "minimind_trl.grpo", "--config", str(recipe), "--callbacks", "grpo_fixtures:RankProbe",
+    ]  # fmt: skip
+    result = run_launch(command, subprocess_env(**{PROBE_DIR_ENV: probe}), timeout=seconds_left())
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    def records(kind: str) -> list[dict]:
+        return [json.loads(line) for line in (probe / f"{kind}-rank0.jsonl").read_text().splitlines()]
+
+    return records
 
 
 def tiny_policy(tokenizer, seed: int = 0, **config):

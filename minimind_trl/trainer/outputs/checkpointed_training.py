@@ -32,6 +32,7 @@ from .checkpointing import (
 )
 from ...adapter_base import record_portable_base
 from ...hub_uploads import HUB_FAILURES, HubPushes, repo_error
+from ..fsdp_launch import tied_weights_once, whole_model_saving
 from .output_dir import run_length
 from .run_lock import output_dir_lock
 from .run_safety import guarded_run, recipe_settings
@@ -108,9 +109,9 @@ class CheckpointedTraining:
         return model.get_base_model().name_or_path if is_peft_model(model) else None
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        # accept_inexact_resume with a damaged or unsafe optimizer.pt/scheduler.pt: fresh state (warned), as the
-        # Trainer itself does when one of the two is missing
-        if checkpoint is not None and self._skipped_resume_state & {"optimizer.pt", "scheduler.pt"}:
+        # accept_inexact_resume with a damaged or unsafe optimizer.pt (FSDP's optimizer.bin) or scheduler.pt: fresh
+        # state (warned), as the Trainer itself does when one of the two is missing
+        if checkpoint is not None and self._skipped_resume_state & {"optimizer.pt", "optimizer.bin", "scheduler.pt"}:
             return
         super()._load_optimizer_and_scheduler(checkpoint)
 
@@ -123,14 +124,14 @@ class CheckpointedTraining:
         """The Trainer's save, written into `<output_dir>/_staging/final` and then moved into place file by file
         (`config.json` last), so a run killed while saving never leaves a complete-looking, truncated model."""
         if self._staging_checkpoint:  # inside `_save_checkpoint`, which stages and publishes the whole folder
-            return super().save_model(output_dir, _internal_call)
+            return self._save_weights(output_dir)
         final = output_dir or self.args.output_dir
         staged, should_save = os.path.join(final, STAGING_DIR, "final"), self.args.should_save
         with output_dir_lock(final, enabled=should_save):
             if should_save and os.path.exists(staged):
                 shutil.rmtree(staged)  # left over by a run killed while saving
             self.accelerator.wait_for_everyone()
-            super().save_model(staged, _internal_call=True)
+            self._save_weights(staged)
             self.accelerator.wait_for_everyone()
             if should_save:
                 record_portable_base(staged, final, self.args.output_dir)  # a LoRA adapter's base, movable
@@ -138,6 +139,15 @@ class CheckpointedTraining:
             self.accelerator.wait_for_everyone()
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _save_weights(self, output_dir: str) -> None:
+        """The Trainer's save without its Hub push; under FSDP2 the whole weights gathered from every process and
+        saved as the policy's own class, each tied weight once (`fsdp_launch.whole_model_saving`)."""
+        if not self.is_fsdp_enabled:
+            return super().save_model(output_dir, _internal_call=True)
+        state_dict = self.accelerator.get_state_dict(self.model)  # a collective: every process takes part
+        with whole_model_saving(self.model):
+            self._save(output_dir, state_dict=tied_weights_once(self.model, state_dict))
 
     def _issue_warnings_after_load(self, load_result) -> None:
         # no "missing keys: lm_head.weight" at every correct resume: it is tied to the embedding, saved once

@@ -27,6 +27,7 @@ from trl.trainer.utils import RepeatSampler
 
 from ...errors import ResumeError
 from ...loading_utils import whole_model_loading
+from ..fsdp_launch import fsdp_requested
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +60,64 @@ class BatchGeometry:
             generation_batch_size=args.generation_batch_size,
             num_generations=args.num_generations,
             num_iterations=args.num_iterations,
-            distributed_type=str(args.distributed_state.distributed_type),
+            distributed_type=launch_distributed_type(args),
         )
 
     @property
     def global_batch_size(self) -> int:
         """Completions per optimizer step over all processes."""
         return self.per_device_train_batch_size * self.world_size * self.gradient_accumulation_steps
+
+
+def launch_distributed_type(args) -> str:
+    """How the run's processes hold the model, as accelerate names it. DeepSpeed and FSDP launches are known from
+    the launch before the accelerator exists (a CPU process group says MULTI_CPU until then)."""
+    if getattr(args, "deepspeed_plugin", None) is not None:
+        return "DistributedType.DEEPSPEED"
+    if fsdp_requested():
+        return "DistributedType.FSDP"
+    return str(args.distributed_state.distributed_type)
+
+
+# What a checkpoint holds to resume exactly besides its weights and RNG states, by how its run held the model: the
+# Trainer's own files; DeepSpeed's `global_stepN/` folder (named by `latest`); FSDP's optimizer state. An FSDP resume
+# loads the weights themselves from FSDP's own file (`FSDP_WEIGHTS`), not from model.safetensors.
+RESUME_STATE_FILES = {
+    "DeepSpeed": ("latest",),
+    "FSDP": ("optimizer.bin", "scheduler.pt"),
+    "DDP": ("optimizer.pt", "scheduler.pt"),
+}
+FSDP_WEIGHTS = "pytorch_model_fsdp.bin"
+
+
+def checkpoint_layout(distributed_type: str) -> str:
+    """The `RESUME_STATE_FILES` key of a run's distributed type: DDP stands for one process or several."""
+    return "DeepSpeed" if "DEEPSPEED" in distributed_type else "FSDP" if "FSDP" in distributed_type else "DDP"
+
+
+def check_same_layout(checkpoint: str, info: dict, layout: str) -> None:
+    """Refuse a checkpoint written under another way of holding the model (DDP or one process, DeepSpeed, FSDP): its
+    weights and optimizer state are in files this launch does not read (`RESUME_STATE_FILES`)."""
+    if "distributed_type" not in info:
+        return
+    saved = checkpoint_layout(str(info["distributed_type"]))
+    if saved != layout:
+        files = ", ".join(RESUME_STATE_FILES[saved])
+        raise ResumeError(
+            f"{checkpoint} was written under {saved} ({files}) and this run is launched with {layout}, which reads "
+            f"{', '.join(RESUME_STATE_FILES[layout])}; resume it with the accelerate config that wrote it, or start a "
+            "new run from its model.safetensors"
+        )
+
+
+def resume_state_files(checkpoint: str, info: dict, args) -> tuple[list[str], list[str]]:
+    """The weight files an exact resume of `checkpoint` (its run record `info`) loads under this launch, beyond the
+    model.safetensors every checkpoint holds (FSDP's own, even with save_only_model), and the optimizer state files;
+    a checkpoint of another layout is refused (`check_same_layout`)."""
+    layout = checkpoint_layout(launch_distributed_type(args))
+    check_same_layout(checkpoint, info, layout)
+    state = [] if getattr(args, "save_only_model", False) else list(RESUME_STATE_FILES[layout])
+    return ([FSDP_WEIGHTS] if layout == "FSDP" else []), state
 
 
 class EpochSeededRepeatSampler(RepeatSampler):
@@ -269,15 +321,21 @@ def check_generation_alignment(args) -> None:
 __all__ = [
     "BatchGeometry",
     "EpochSeededRepeatSampler",
+    "FSDP_WEIGHTS",
     "ResumeError",
     "RUN_INFO_NAME",
     "STAGING_DIR",
+    "RESUME_STATE_FILES",
     "check_generation_alignment",
     "check_resume_geometry",
+    "check_same_layout",
+    "checkpoint_layout",
     "checkpoint_step",
+    "launch_distributed_type",
     "publish_files",
     "publish_folder",
     "resolve_resume_checkpoint",
+    "resume_state_files",
     "without_tied_keys",
     "write_native_weights",
 ]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ...errors import MiniMindTRLError, ResumeError
 from ..algorithm.policy_losses import check_loss_kwargs
-from .checkpointing import RUN_INFO_NAME, checkpoint_step, resolve_resume_checkpoint
+from .checkpointing import RUN_INFO_NAME, checkpoint_step, resolve_resume_checkpoint, resume_state_files
 from .output_dir import (  # the output folder's rules, re-exported for older imports
     WEIGHT_FILES,
     check_inputs_apart,
@@ -176,7 +176,11 @@ def check_resume_checkpoint(checkpoint: str, args, run_identity: dict | None = N
     record = read_run_info(checkpoint, accept)
     info = record or {}
 
-    weights = [name for name in WEIGHT_FILES if os.path.isfile(os.path.join(checkpoint, name))]
+    launch_weights, needed = resume_state_files(checkpoint, info, args)
+    for name in launch_weights:  # what this launch loads the weights from: missing or damaged, nothing resumes
+        if not os.path.isfile(os.path.join(checkpoint, name)):
+            raise ResumeError(f"{checkpoint} holds no {name}, which an FSDP resume loads the weights from")
+    weights = [name for name in (*WEIGHT_FILES, *launch_weights) if os.path.isfile(os.path.join(checkpoint, name))]
     deepspeed = "DEEPSPEED" in str(info.get("distributed_type", "")) or os.path.isfile(
         os.path.join(checkpoint, "latest")
     )
@@ -187,9 +191,6 @@ def check_resume_checkpoint(checkpoint: str, args, run_identity: dict | None = N
         if problem := _unreadable(path):
             raise ResumeError(f"{path} is {problem}; resume from an earlier checkpoint")
 
-    needed = []
-    if not getattr(args, "save_only_model", False):
-        needed += ["latest"] if deepspeed else ["optimizer.pt", "scheduler.pt"]
     world_size = int(info.get("world_size", 1))
     needed += ["rng_state.pth"] if world_size <= 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
