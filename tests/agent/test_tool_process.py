@@ -250,10 +250,14 @@ def test_a_tool_using_torch_works_while_the_trainers_torch_runs_its_threads():
     parallel op, so every call timed out; the worker is forked from a fork server that never ran torch."""
     import torch
 
-    assert torch.get_num_threads() > 1 or os.cpu_count() == 1  # the trainer's default: one thread per core
-    torch.ones(512, 512) @ torch.ones(512, 512)  # the trainer's pool is up
-    toolbox = Toolbox([tool_from_function(torch_matmul)], timeout=120)  # far above the op's time: a hang times out
-    outcome = toolbox.execute("torch_matmul", {"size": 256})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the trainer's default is one thread per core; another test may have left this at one
+    try:
+        torch.ones(512, 512) @ torch.ones(512, 512)  # the trainer's pool is up
+        toolbox = Toolbox([tool_from_function(torch_matmul)], timeout=120)  # far above the op's time: a hang times out
+        outcome = toolbox.execute("torch_matmul", {"size": 256})
+    finally:
+        torch.set_num_threads(threads)
     assert outcome.error is None and outcome.result == 256.0**3
 
 

@@ -40,12 +40,8 @@ from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_layers import (
-    GenericForQuestionAnswering,
-    GenericForSequenceClassification,
-    GenericForTokenClassification,
-    GradientCheckpointingLayer,
-)
+from transformers.modeling_layers import GenericForQuestionAnswering, GenericForSequenceClassification
+from transformers.modeling_layers import GenericForTokenClassification, GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, MoeCausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
@@ -379,8 +375,7 @@ class MiniMindPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: MiniMindConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)
-        # expert dispatch has data-dependent shapes
-        self._can_compile_fullgraph = not config.use_moe
+        self._can_compile_fullgraph = not config.use_moe  # expert dispatch has data-dependent shapes
 
     @classmethod
     def _can_set_experts_implementation(cls) -> bool:
@@ -393,23 +388,17 @@ class MiniMindPreTrainedModel(PreTrainedModel):
         # arithmetic) unless `experts_implementation` asks for another
         return super().get_correct_experts_implementation("eager" if requested_experts is None else requested_experts)
 
+    # TRL reads and switches checkpointing by transformers' former names around every rollout; transformers 5 renamed
+    # them (`*activation_checkpointing*`) and warns at each use of an old one: the same, without the warning
     @property
     def is_gradient_checkpointing(self) -> bool:
-        # TRL reads this name around every rollout; transformers 5 renamed it `is_activation_checkpointing` and warns
-        # (FutureWarning) on each read of the old one. The same test, on either transformers, without the warning.
         return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
-        # TRL switches checkpointing off and on again around every rollout by transformers' former names, each call a
-        # FutureWarning on transformers 5; the same switch without it (transformers 4 has only these names)
-        switch_on = getattr(super(), "_activation_checkpointing_enable", None)
-        if switch_on is None:
-            return super().gradient_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
-        return switch_on(gradient_checkpointing_kwargs, **kwargs)
+        self._activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
 
     def gradient_checkpointing_disable(self):
-        switch_off = getattr(super(), "_activation_checkpointing_disable", None)
-        return super().gradient_checkpointing_disable() if switch_off is None else switch_off()
+        self._activation_checkpointing_disable()
 
     def save_pretrained(self, *args, **kwargs):
         # vLLM's transformers backend looks the backbone up through auto_map["AutoModel"]; transformers only
