@@ -53,14 +53,15 @@ class AgentWarmStartArguments:
     call_share: float = field(
         default=0.4, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
     )
-    target_copy_share: float = field(
-        default=0.75,
-        metadata={"help": "Stop once the model copies every number of this share of the probe's tool transcripts "
-                  "(teacher-forced; checked every probe_every steps; max_steps caps it). 0 runs max_steps."},
+    target_solved_share: float = field(
+        default=0.15,
+        metadata={"help": "Stop once this share of the probe's rollouts, sampled as GRPO samples them, call the tool "
+                  "and state its result (checked every probe_every steps; max_steps caps it). 0 runs max_steps."},
     )
     min_steps: int = field(default=300, metadata={"help": "No probe before this many SFT steps."})
     probe_every: int = field(default=25, metadata={"help": "SFT steps between two probes."})
-    probe_questions: int = field(default=32, metadata={"help": "Training questions the probe reads."})
+    probe_questions: int = field(default=32, metadata={"help": "Training questions the probe samples."})
+    probe_rollouts: int = field(default=4, metadata={"help": "Rollouts the probe samples per question."})
 
 
 @dataclass
@@ -69,44 +70,55 @@ class AgentWarmStart:
 
     steps: int
     call_share: float
-    copy_share: float | None  # at the last probe; None when no probe ran
+    solved_share: float | None  # at the last probe; None when no probe ran
     target: float
+
+    def reached(self) -> bool | None:
+        """Whether the last probe reached the target (None when no probe ran: the steps were given)."""
+        return None if self.solved_share is None else self.solved_share >= self.target
 
     def why_it_stopped(self) -> str:
         """The clause the demo prints after the step count ("" when the steps were given)."""
-        if self.copy_share is None:
+        if self.solved_share is None:
             return ""
-        share, target = f"{self.copy_share:.0%}", f"{self.target:.0%}"
-        if self.copy_share >= self.target:
-            return f", until it copied every number of {share} of its probe's tool transcripts (target {target})"
-        return (f" (its cap: the last probe found every number copied in only {share} of its tool transcripts, "
-                f"short of the target {target}; GRPO then has little to build on)")
+        share, target = f"{self.solved_share:.0%}", f"{self.target:.0%}"
+        if self.reached():
+            return f", until {share} of its sampled rollouts called {task.TOOL} and stated its result (target {target})"
+        return (f" (its cap: at the last probe only {share} of its sampled rollouts called {task.TOOL} and stated its "
+                f"result, short of the target {target}; GRPO then has little to build on)")
 
 
-def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratch_dir: str) -> AgentWarmStart:
-    """The brief SFT of `model` (in place). With `steps` None it runs until the model copies the numbers of
-    `target_copy_share` of the probe's transcripts (at least `min_steps`, at most `max_steps`): copying is learnt
-    in a sudden jump whose step depends on the seed. `steps` runs exactly that many."""
+def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratch_dir: str, training_args, toolbox,
+               max_turns: int) -> AgentWarmStart:
+    """The brief SFT of `model` (in place). With `steps` None it runs until `target_solved_share` of the probe's
+    rollouts, sampled as GRPO samples them (`training_args`' temperature, top-k and top-p, the real tool), call the
+    tool and state its result (at least `min_steps`, at most `max_steps`): what GRPO needs is groups of rollouts
+    where some earn the task's reward and some do not. Copying the numbers is learnt in a sudden jump whose step
+    depends on the seed, and how often the model samples a call swings from step to step, so neither a fixed length
+    nor a teacher-forced copying check finds that point. `steps` runs exactly that many."""
     from transformers import TrainerCallback
 
     from . import run as demo_run
 
     sft_args, stop = demo_run.warm_start_settings(AGENT_WARM_START_RECIPE, AgentWarmStartArguments, scratch_dir, seed,
-                                                  steps, "target_copy_share")
+                                                  steps, "target_solved_share")
     rows = task.warm_start_rows(tokenizer, questions, stop.call_share, seed)
-    probe = task.copy_probe(tokenizer, questions[: stop.probe_questions])
+    probe = questions[: stop.probe_questions]
     shares = []
 
-    class StopWhenCopying(TrainerCallback):
+    class StopWhenSolving(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
-            if stop.target_copy_share > 0 and step >= stop.min_steps and step % stop.probe_every == 0:
-                shares.append(task.copy_share(model, probe))
-                control.should_training_stop = shares[-1] >= stop.target_copy_share
+            if stop.target_solved_share > 0 and step >= stop.min_steps and step % stop.probe_every == 0:
+                transcripts = task.sample_transcripts(model, tokenizer, training_args, probe, stop.probe_rollouts, seed,
+                                                      toolbox, max_turns)
+                model.train()
+                shares.append(task.solved_share(task.rates(transcripts, probe, stop.probe_rollouts, toolbox)[2]))
+                control.should_training_stop = shares[-1] >= stop.target_solved_share
 
-    trainer = demo_run.run_sft(model, tokenizer, sft_args, rows, StopWhenCopying())
+    trainer = demo_run.run_sft(model, tokenizer, sft_args, rows, StopWhenSolving())
     return AgentWarmStart(trainer.state.global_step, stop.call_share, shares[-1] if shares else None,
-                          stop.target_copy_share)
+                          stop.target_solved_share)
 
 
 def write_rows(path: Path, questions) -> Path:
@@ -208,6 +220,7 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     from ..cli.recipe import parse_recipe
     from . import run as demo_run
     from .model import build_model
+    from .verdict import agent_verdict, record as record_verdict
 
     started = time.time()
     output_dir = demo_run.start_run(args)
@@ -238,7 +251,8 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     max_turns = script_args.agent_max_turns
 
     sft_dir = str(output_dir / "_warm_start.sft")
-    warm = warm_start(model, tokenizer, train, args.seed, args.warm_start_steps, sft_dir)
+    warm = warm_start(model, tokenizer, train, args.seed, args.warm_start_steps, sft_dir, training_args, toolbox,
+                      max_turns)
     shutil.rmtree(sft_dir, ignore_errors=True)
     print(
         f"Warm start: {warm.steps} SFT steps (TRL SFTTrainer) on transcripts of which {warm.call_share:.0%} call the "
@@ -249,7 +263,7 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     before = judged(warm_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
     del warm_model
 
-    trainer, progress = demo_run.build_grpo(script_args, training_args, model_args, recipe, output_dir)
+    trainer, progress, spread = demo_run.build_grpo(script_args, training_args, model_args, recipe, output_dir)
     print(
         f"GRPO: {training_args.max_steps} steps of "
         f"{training_args.per_device_train_batch_size // training_args.num_generations} questions x "
@@ -267,15 +281,18 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     after = judged(after_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
     summary = write_summary(
         output_dir / SUMMARY_FILE, progress.records, before, after, held_out_questions=len(held_out),
-        eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, warm_start_copy_share=warm.copy_share,
+        eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, warm_start_solved_share=warm.solved_share,
         call_share=warm.call_share,
         reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
     )
+    verdict = agent_verdict(summary, spread.shortfall(training_args.num_generations), warm.steps,
+                            training_args.max_steps)
+    if not interrupted:
+        record_verdict(output_dir / SUMMARY_FILE, summary, verdict)
     lines = report_lines(summary, grpo_seconds, before, after, held_out)
     outputs = demo_run.output_list(trainer, progress, output_dir, final_dir, interrupted, plot, SUMMARY_FILE,
                                    extra=(("held-out questions", str(output_dir / HELD_OUT_FILE)),))
     lines += ["Outputs:"] + [f"  {label}: {where}" for label, where in outputs]
     lines.append(f"Total time {time.time() - started:.0f}s.")
-    print("\n".join(lines))
-    return 130 if interrupted else 0
+    return demo_run.finish(lines, verdict, interrupted)
 

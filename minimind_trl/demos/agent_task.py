@@ -140,41 +140,6 @@ def warm_start_rows(tokenizer, questions: list[Question], call_share: float, see
     return rows
 
 
-def copy_probe(tokenizer, questions: list[Question]) -> list[tuple[list[int], list[int]]]:
-    """Teacher-forced transcripts that call the tool: (ids, the positions of the numbers the model writes: the
-    operands in the call and the result in the answer)."""
-    from ..agent.rollout import observation_ids, render_ids
-
-    probe = []
-    for question in questions:
-        prompt = render_ids(tokenizer, question.messages(), tools=TOOLS, template_kwargs={})
-        call = tokenizer(question.call_text(), add_special_tokens=False)["input_ids"]
-        observation = observation_ids(tokenizer, [json.dumps({"result": str(question.result)})],
-                                      template_kwargs={}, generation_prompt=True)
-        answer = tokenizer(question.answer_text(question.result), add_special_tokens=False)["input_ids"]
-        ids = prompt + call + observation + answer
-        written = [*range(len(prompt), len(prompt) + len(call)), *range(len(ids) - len(answer), len(ids))]
-        numbers = [i for i in written if tokenizer.convert_ids_to_tokens(ids[i]).isdigit()]
-        probe.append((ids, numbers))
-    return probe
-
-
-def copy_share(model, probe) -> float:
-    """Share of the probe's transcripts whose every written number the model predicts (greedy, teacher-forced):
-    whether it copies the operands into the call and the tool's result into the answer."""
-    import torch
-
-    longest = max(len(ids) for ids, _ in probe)
-    batch = torch.tensor([ids + [0] * (longest - len(ids)) for ids, _ in probe])
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        predicted = model(input_ids=batch).logits.argmax(-1).tolist()
-    model.train(was_training)
-    right = [all(predicted[row][i - 1] == ids[i] for i in numbers) for row, (ids, numbers) in enumerate(probe)]
-    return sum(right) / len(right)
-
-
 @dataclass(frozen=True)
 class Verdict:
     """How one held-out transcript did."""
@@ -240,3 +205,9 @@ def rates(transcripts, questions: list[Question], samples: int, toolbox) -> tupl
     verdicts = [judge(t.turn_outputs, t.unfinished, gt, toolbox) for t, gt in zip(transcripts, gts, strict=True)]
     count = len(verdicts)
     return sum(v.valid_call for v in verdicts) / count, sum(v.correct for v in verdicts) / count, verdicts
+
+
+def solved_share(verdicts: list[Verdict]) -> float:
+    """Share of transcripts that made a valid call and state its result (`judge`): what the agent reward pays most
+    (3.0, against 0.5 for an answer without a call, right or wrong, or a call whose result is not stated)."""
+    return sum(v.valid_call and v.correct for v in verdicts) / len(verdicts)

@@ -165,9 +165,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=f"SFT steps before GRPO (default: until {round(100 * warm['target_layout_share'])}%% of sampled completions have "
         f"the exact layout, at least {warm['min_steps']} and at most {warm['max_steps']}, as "
-        f"recipes/demo/warm_start.yaml says; with --agent until the model copies the numbers of "
-        f"{round(100 * agent_warm['target_copy_share'])}%% of the probe's tool transcripts, at least {agent_warm['min_steps']} "
-        f"and at most {agent_warm['max_steps']}, as recipes/demo/agent_warm_start.yaml says; 0 skips)",
+        f"recipes/demo/warm_start.yaml says; with --agent until {round(100 * agent_warm['target_solved_share'])}%% of "
+        f"the probe's sampled rollouts call the tool and state its result, at least {agent_warm['min_steps']} and at "
+        f"most {agent_warm['max_steps']}, as recipes/demo/agent_warm_start.yaml says; 0 skips)",
     )
     parser.add_argument(
         "--reward_model_steps",
@@ -263,6 +263,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from .held_out import held_out_terms, sample_held_out
     from .progress import summary_lines, weighted_names, write_summary
     from .reward_model import CONTENT_METRIC, bundled_texts, prepare_full_reward
+    from .verdict import grpo_verdict, record as record_verdict
     from ..cli.recipe import parse_recipe
 
     started = time.time()
@@ -319,7 +320,7 @@ def run_demo(args: argparse.Namespace) -> int:
                                   variant.sample_kwargs)
     del warm_model
 
-    trainer, progress = demo_run.build_grpo(script_args, training_args, model_args, recipe, output_dir)
+    trainer, progress, spread = demo_run.build_grpo(script_args, training_args, model_args, recipe, output_dir)
     print(
         f"GRPO: {training_args.max_steps} steps of {training_args.per_device_train_batch_size // training_args.num_generations}"
         f" prompts x {training_args.num_generations} completions (<= {training_args.max_completion_length} tokens), "
@@ -350,13 +351,17 @@ def run_demo(args: argparse.Namespace) -> int:
         reward_model=reward_model_report,
         held_out=(held_out_terms(trainer, held_before, held_after), len(held_out), args.rewards == "rules"),
         reward_weights=trainer.reward_weights.tolist(),
+        warm_start_steps=warm_steps,
         seconds=time.time() - started,
     )
+    verdict = grpo_verdict(summary, spread.shortfall(training_args.num_generations), warm_steps,
+                           training_args.max_steps)
+    if not interrupted:
+        record_verdict(output_dir / SUMMARY_FILE, summary, verdict)
     outputs = demo_run.output_list(trainer, progress, output_dir, final_dir, interrupted, plot, SUMMARY_FILE)
     lines = summary_lines(progress.records, grpo_seconds, before, after, outputs, summary)
     lines.append(f"Total time {time.time() - started:.0f}s.")
-    print("\n".join(lines))
-    return 130 if interrupted else 0
+    return demo_run.finish(lines, verdict, interrupted)
 
 
 def main(argv: list[str] | None = None) -> int:

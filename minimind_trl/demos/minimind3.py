@@ -19,6 +19,7 @@ from ..rewards.minimind3_rewards import reward_model_messages, split_thinking
 from .reward_model import CJK, TAGS, Fragments, PairLayout, answer_pair, language_matches, mixed_answer
 
 THINK_CLOSE = "</think>"
+OTHER = {"zh": "en", "en": "zh"}
 EXAMPLE = re.compile(r"^<think>\n(.*?)\n</think>\n<answer>\n(.*?)\n</answer>$", re.DOTALL)
 # Share of the reward model's training pairs whose prompt carries one of upstream's system prompts: above GRPO's
 # 20 % (system_prompt_ratio) so that the folded form (`system: ...`, upstream's separator, the question) is learnt
@@ -29,6 +30,15 @@ PAIRS_SYSTEM_RATIO = 0.5
 # scores high for English questions too (MiniMind-3's term, seeing only the short answer, is easy to game; the seed
 # demo's pairs mix as often, `reward_model.MIXED_RATIO`, against its policy's "水是water。").
 PAIRS_MIXED_RATIO = 0.3
+# Share of the pairs whose two answers are as long as a whole completion (6-24 pieces, a few words repeated, as a
+# collapsed tiny policy writes them): once the policy stops closing its thought, MiniMind-3's term scores all of
+# its completion, far longer than the pairs' 1-4 pieces, and a reward model trained without them scored such
+# filler ("TheThe capitalThe of of of ...") above the clip for Chinese questions too: on seed 4 every answer became
+# English filler (answers in the question's language 43 % -> 59 %). Half of an English question's long pairs reject
+# the same English filler with a Chinese piece or two in it: without them, seed 1 (on AVX2 kernels) answered English
+# questions with filler in which the warm start's Chinese thought words lingered ("16得 + opposite of of is"), scored
+# +3.7 for English questions (answers in the question's language +0.29).
+PAIRS_LONG_RATIO = 0.3
 
 
 def answer_text(completion: str) -> str:
@@ -85,10 +95,19 @@ def conversation(question: str, answer: str, system_prompt: str | None) -> list[
     return reward_model_messages(turns, answer.strip())
 
 
+def sprinkled(rng: random.Random, text: str, pieces: list[str]) -> str:
+    """`text` with one or two of `pieces` put in at random places."""
+    for _ in range(rng.randint(1, 2)):
+        at = rng.randint(0, len(text))
+        text = text[:at] + rng.choice(pieces) + text[at:]
+    return text
+
+
 def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int) -> list[tuple]:
     """`count` (question, chosen answer, rejected answer, system prompt or None) tuples: the answers of the seed's
-    pairs (`answer_pair`), without the think part MiniMind-3's term never shows the reward model, and for English
-    questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`)."""
+    pairs (`answer_pair`), without the think part MiniMind-3's term never shows the reward model, for English
+    questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`), and pairs of answers as long as a
+    whole completion (`PAIRS_LONG_RATIO`), among them English filler against the same filler with Chinese in it."""
     rng = random.Random(seed)
     pairs = []
     while len(pairs) < count:
@@ -96,6 +115,11 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
         chosen, rejected = answer_pair(rng, question, fragments)
         if not CJK.search(question) and rng.random() < PAIRS_MIXED_RATIO:
             rejected = mixed_answer(rng, fragments)
+        if rng.random() < PAIRS_LONG_RATIO:
+            own, words = ("zh" if CJK.search(question) else "en"), rng.randint(6, 24)
+            chosen, rejected = fragments.filler(rng, own, words), fragments.filler(rng, OTHER[own], words)
+            if own == "en" and rng.random() < 0.5:
+                rejected = sprinkled(rng, chosen, fragments.chinese)
         system_prompt = rng.choice(SYSTEM_PROMPTS) if rng.random() < PAIRS_SYSTEM_RATIO else None
         if language_matches(question, TAGS.sub(" ", chosen).strip()) and not language_matches(
             question, TAGS.sub(" ", rejected).strip()

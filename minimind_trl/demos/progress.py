@@ -240,7 +240,8 @@ def format_samples(title: str, samples: list[tuple[str, str, float]]) -> list[st
 
 
 def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: str, content, seed: int, reward_model,
-                  seconds: float, held_out: tuple[dict, int, bool] = ({}, 0, False), reward_weights=None):
+                  seconds: float, held_out: tuple[dict, int, bool] = ({}, 0, False), reward_weights=None,
+                  warm_start_steps: int = 0):
     """`summary.json`: the reward's first/last 10-step means, each reward term before/after GRPO on the held-out
     prompts (`held_out` = (`held_out.held_out_terms`, how many prompts, whether GRPO trained on them)) and the
     content property's share before/after (`content` = (name, before, after, completions sampled)); returned as a
@@ -253,6 +254,7 @@ def write_summary(path, records, *, rewards: str, reward_funcs, grpo_dataset: st
         "reward_weights": list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs),
         "grpo_dataset": grpo_dataset,
         "seed": seed,
+        "warm_start_steps": warm_start_steps,
         "steps": len(records),
         "reward_window": windows[0] if windows else None,
         "reward_first10": windows[1] if windows else None,

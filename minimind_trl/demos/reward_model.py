@@ -110,6 +110,14 @@ class Fragments:
         rng.shuffle(pieces)
         return (" " if language == "en" else "").join(pieces)
 
+    def filler(self, rng: random.Random, language: str, words: int) -> str:
+        """`words` pieces drawn from a few words of `language` and the neutral ones: the long, repetitive answer of
+        a tiny policy that found one phrase to say ("The capital of of of The ...")."""
+        own = self.chinese if language == "zh" else self.english
+        few = rng.sample(own, rng.randint(1, 4))
+        pieces = [rng.choice(few)] + [rng.choice(few if rng.random() < 0.8 else self.neutral) for _ in range(words - 1)]
+        return rng.choice(("", " ") if language == "en" else ("",)).join(pieces)
+
     def noise(self, rng: random.Random, words: int) -> str:
         """Any language: what the think part or a stray line may hold."""
         pool = (self.chinese, self.english, self.neutral)

@@ -1,7 +1,7 @@
 """What every demo run does around GRPO, written once for the default demo and `--agent`: the start (output folder,
 offline, threads, quiet libraries, seed), the SFT warm start's settings and run, the warm-started policy saved and
 read back, GRPO built with the demo's progress and run with Ctrl-C saving the policy, the curve and the saved model
-read back, and the outputs the closing summary lists.
+read back, the outputs the closing summary lists, and the verdict that ends the run.
 """
 
 import os
@@ -80,14 +80,16 @@ def saved_and_read_back(model, tokenizer, folder: Path):
 
 def build_grpo(script_args, training_args, model_args, recipe, output_dir: Path):
     """`minimind-trl grpo`'s trainer for the parsed recipe, reporting through the demo's progress (one line per step,
-    `metrics.jsonl`) instead of the Trainer's own printing: `(trainer, progress)`."""
+    `metrics.jsonl`) instead of the Trainer's own printing, and stopped when its groups start without spread
+    (`verdict.GroupSpreadWatch`): `(trainer, progress, spread)`."""
     from ..cli.build import build_trainer
     from .progress import DemoProgress, quieted
+    from .verdict import GroupSpreadWatch
 
-    progress = DemoProgress(output_dir / "metrics.jsonl")
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress], recipe=recipe)
+    progress, spread = DemoProgress(output_dir / "metrics.jsonl"), GroupSpreadWatch()
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=[progress, spread], recipe=recipe)
     quieted(trainer)
-    return trainer, progress
+    return trainer, progress, spread
 
 
 def save_interrupted(trainer, output_dir: Path) -> Path:
@@ -144,3 +146,22 @@ def output_list(trainer, progress, output_dir: Path, final_dir: Path, interrupte
         outputs.append(("reward curve", "skipped (matplotlib missing: pip install 'minimind-trl[plot]')"))
     outputs.append(("summary", str(output_dir / summary_file)))
     return outputs
+
+
+def finish(lines: list[str], verdict, interrupted: Path | None) -> int:
+    """Print the closing summary and the verdict (what fell short and what to try on stderr, when the run did not
+    learn); the demo's exit code: 130 when interrupted, `DID_NOT_LEARN_EXIT_CODE` when it did not learn, else 0."""
+    import sys
+
+    from .verdict import DID_NOT_LEARN_EXIT_CODE
+
+    if interrupted:
+        print("\n".join(lines))
+        return 130
+    if verdict.learned:
+        print("\n".join(lines + verdict.lines()))
+        return 0
+    print("\n".join(lines))
+    print("\n".join(f"minimind-trl demo: {line}" if n == 0 else line for n, line in enumerate(verdict.lines())),
+          file=sys.stderr)
+    return DID_NOT_LEARN_EXIT_CODE

@@ -19,6 +19,7 @@ from minimind_trl.demos import default as demo
 from minimind_trl.cli import main as cli
 from minimind_trl.data import load_rlaif_dataset
 from minimind_trl.demos.progress import DemoProgress, format_step_line, reward_windows
+from minimind_trl.demos.verdict import DID_NOT_LEARN_EXIT_CODE
 from minimind_trl.cli.recipe import parse_recipe, resolve_recipe
 from minimind_trl.rewards import format_reward, tag_count_reward
 
@@ -54,9 +55,15 @@ def smoke_run(tmp_path_factory):
     return rc, output_dir, calls
 
 
-def test_demo_exits_cleanly(smoke_run):
-    rc, _, _ = smoke_run
-    assert rc == 0
+def test_a_run_too_short_to_learn_exits_1_and_its_summary_says_why(smoke_run):
+    """4 GRPO steps after 2 SFT steps do not gain the rules demo's +0.5: the run ends with its outputs written, says
+    what fell short and exits 1 (`verdict.DID_NOT_LEARN_EXIT_CODE`) instead of a success-shaped 0."""
+    rc, output_dir, _ = smoke_run
+    summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
+    assert summary["reward_gain"] < 0.5 and summary["learned"] is False
+    assert summary["shortfalls"] == [f"the reward's last 2 steps beat its first 2 by {summary['reward_gain']:+.3f} "
+                                     "(the demo's bar: +0.5)"]
+    assert rc == DID_NOT_LEARN_EXIT_CODE == 1
 
 
 def test_demo_trains_through_the_grpo_entry_points(smoke_run):
@@ -355,7 +362,9 @@ def full_smoke_run(tmp_path_factory):
 
 def test_full_reward_demo_logs_every_term_under_trls_names(full_smoke_run):
     rc, output_dir = full_smoke_run
-    assert rc == 0
+    assert rc == DID_NOT_LEARN_EXIT_CODE  # 3 steps: the layout is not learnt, and the run says so
+    assert json.loads((output_dir / demo.SUMMARY_FILE).read_text())["learned"] is False
+    assert "minimind-trl demo: this run did not learn:" not in (output_dir.parent / "stdout.txt").read_text()  # stderr
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in records] == [1, 2, 3]
     weights = yaml.safe_load(Path(resolve_recipe(demo.GRPO_FULL_RECIPE)).read_text())["reward_weights"]
@@ -542,7 +551,7 @@ def test_minimind3_demo_trains_minimind3s_grpo_and_logs_its_five_terms(minimind3
     from minimind_trl.models.minimind.tokenization_minimind import MINIMIND3_CHAT_TEMPLATE
 
     rc, output_dir = minimind3_smoke_run
-    assert rc == 0
+    assert rc == DID_NOT_LEARN_EXIT_CODE  # 3 steps do not move the answers' language by +0.3
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:

@@ -73,6 +73,15 @@ def test_pairs_are_asked_minimind3s_way_and_differ_in_the_property_only():
             assert user["content"] == f"system: {system_prompt}{HISTORY_SEPARATOR}{question}"
 
 
+def test_some_pairs_are_as_long_as_a_whole_completion():
+    """Once the policy stops closing its thought, MiniMind-3's term scores the whole completion (up to 32 tokens):
+    the pairs hold answers that long, in the question's language against the other one."""
+    train, _, texts = bundled_texts()
+    pairs = m3.make_pairs(train, Fragments.from_texts(texts), 600, seed=0)
+    long = [pair for pair in pairs if len(pair[1]) >= 20 and len(pair[2]) >= 20]
+    assert 0.2 <= len(long) / len(pairs) <= 0.4, len(long)  # 6 % of them without the long pairs
+
+
 def test_pairs_fold_as_the_reward_term_folds_a_rendered_prompt(tokenizer):
     """What the reward model is trained on is what `AnswerRewardModelReward` asks it about a rendered prompt."""
     from minimind_trl.rewards.minimind3_rewards import AnswerRewardModelReward
@@ -114,6 +123,9 @@ def test_reward_model_asked_minimind3s_way_prefers_the_question_language(tmp_pat
     for with_system in (True, False):
         subset = [pair for pair in pairs if (pair[3] is not None) == with_system]
         assert pairwise_accuracy(scorer, subset, m3.PAIRS) >= 0.9, with_system
+    # answers as long as a whole completion: the filler a collapsed policy writes, scored by its language too
+    long = [pair for pair in pairs if len(pair[1]) >= 20 and len(pair[2]) >= 20]
+    assert len(long) > 50 and pairwise_accuracy(scorer, long, m3.PAIRS) >= 0.9
 
 
 def test_upstream_tokenizer_folds_the_same_prompt(tokenizer):
