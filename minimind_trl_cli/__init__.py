@@ -19,6 +19,15 @@ from typing import NoReturn
 from .process_exit import USER_ERROR_EXIT_CODE, exit_process, launch_environment_problem
 
 HELP_FLAGS = ("-h", "--help")
+# Runs a command once this package has answered what it can without torch; named like the commands' modules, not
+# imported, because it imports torch, transformers and, to train, TRL (and this table itself)
+DISPATCHER = "minimind_trl.cli:main"
+
+
+def resolve(name: str):
+    """The function a `module:function` name names, its module imported now."""
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 @dataclass(frozen=True)
@@ -32,8 +41,7 @@ class Command:
     parser: str | None = None
 
     def build_parser(self):
-        module, _, function = self.parser.partition(":")
-        return getattr(importlib.import_module(module), function)()
+        return resolve(self.parser)()
 
 
 COMMANDS = {
@@ -94,9 +102,7 @@ def console() -> NoReturn:
     """The `minimind-trl` executable. The process ends by `exit_process` (see `process_exit`), whatever it ran."""
     code = answer_before_running(sys.argv[1:])
     if code is None:
-        from minimind_trl.cli import main  # the command itself: torch, transformers and, to train, TRL
-
-        code = main()
+        code = resolve(DISPATCHER)()
     exit_process(code)
 
 
