@@ -467,18 +467,19 @@ def test_content_property_reads_the_answer_without_tags():
     assert in_question_language("What is 7 plus 5?", "twelve")  # no <answer> block: the whole completion
 
 
-def test_preference_pairs_differ_in_the_property_only():
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 42])  # the demo passes its --seed: every one
+def test_preference_pairs_differ_in_the_property_only(seed):
     from minimind_trl.demos.reward_model import (
         CJK, Fragments, answer_text, bundled_texts, in_question_language, make_pairs,
     )
 
     train, _, texts = bundled_texts()
-    pairs = make_pairs(train, Fragments.from_texts(texts), 200, seed=0)
+    pairs = make_pairs(train, Fragments.from_texts(texts), 200, seed=seed)
     assert len(pairs) == 200
     for question, chosen, rejected in pairs:
         assert in_question_language(question, chosen) and not in_question_language(question, rejected)
         # same layout and think text: only the answer (and the junk around it) differs
-        if chosen.startswith("<think>\n"):
+        if chosen.startswith("<think>\n") and rejected.startswith("<think>\n"):  # not junk that opens with a tag
             assert chosen.split("\n")[1] == rejected.split("\n")[1]  # the think line
     # English questions also reject English mixed with Chinese (what seed 3's policy answered everything with)
     english = [answer_text(rejected) for question, _, rejected in pairs if not CJK.search(question)]
