@@ -99,12 +99,12 @@ def table_row(row: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--keep", type=Path, default=None, help="keep each run's outputs under this folder")
     parser.add_argument("extra", nargs="*", help="more demo options, after --")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env = {key: os.environ[key] for key in ("MINIMIND_CPU_PRECISION", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
                                             "MKL_ENABLE_INSTRUCTIONS") if key in os.environ}  # fmt: skip
     print(f"{time.strftime('%Y-%m-%d')}, cpus={os.cpu_count()}, torch's CPU kernels: "

@@ -353,3 +353,20 @@ def test_tool_call_parsing_prints_its_figures(capsys):
     assert figures[10]["upstream_regex_s"] > 0 and figures[100]["characters"] == 100 * figures[10]["characters"] // 10
     out = capsys.readouterr().out
     assert "100 unclosed tags" in out and _last_json_line(out)["10"]["parse_tool_calls_s"] > 0
+
+
+def test_demo_learning_prints_each_seeds_verdict_and_fails_on_a_seed_that_did_not_learn(capsys):
+    """The real demo, too short to learn (2 GRPO steps): its row says `**no**` and what fell short, and the script
+    exits 1; the row's figures are the seed's summary.json."""
+    import demo_learning
+
+    rc = demo_learning.main(["--seeds", "3", "--", "--rewards", "rules", "--steps", "2", "--warm_start_steps", "2",
+                             "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    row = next(line for line in out.splitlines() if line.startswith("| 3 |"))
+    assert "| **no**: the reward's last" in row and "| 2 steps |" in row
+    (summary,) = _last_json_line(out)
+    assert summary["seed"] == 3 and summary["learned"] is False and summary["shortfalls"]
+    assert f"{summary['reward_first10']:.3f} → {summary['reward_last10']:.3f}" in row
+    assert "learned on 0 of 1 seeds" in out
