@@ -165,8 +165,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=f"SFT steps before GRPO (default: until {round(100 * warm['target_layout_share'])}%% of sampled completions have "
         f"the exact layout, at least {warm['min_steps']} and at most {warm['max_steps']}, as "
-        f"recipes/demo/warm_start.yaml says; with --upstream minimind3 {VARIANTS['minimind3'].warm_start_steps}, "
-        f"since MiniMind-3's rewards pay for no layout; with --agent until {round(100 * agent_warm['target_solved_share'])}%% of "
+        f"recipes/demo/warm_start.yaml says; with --agent until {round(100 * agent_warm['target_solved_share'])}%% of "
         f"the probe's sampled rollouts call the tool and state its result, at least {agent_warm['min_steps']} and at "
         f"most {agent_warm['max_steps']}, as recipes/demo/agent_warm_start.yaml says; 0 skips)",
     )
@@ -304,8 +303,8 @@ def run_demo(args: argparse.Namespace) -> int:
     warm_steps = 0
     if args.warm_start_steps != 0:
         sft_dir = str(output_dir / "_warm_start.sft")
-        steps = variant.warm_start_steps if args.warm_start_steps is None else args.warm_start_steps
-        warm = warm_start(model, tokenizer, args.seed, steps, sft_dir, training_args, variant, script_args.thinking_ratio)
+        warm = warm_start(model, tokenizer, args.seed, args.warm_start_steps, sft_dir, training_args, variant,
+                          script_args.thinking_ratio)
         shutil.rmtree(sft_dir, ignore_errors=True)
         warm_steps = warm.steps
         print(

@@ -29,8 +29,6 @@ class Variant:
     layout_name: str
     warm_start_note: str  # what the warm start leaves to GRPO (printed)
     reward_model_asked: str = ""  # how the reward model's pairs were shown to it (printed)
-    # SFT steps of the warm start; None: until its probe samples the layout (recipes/demo/warm_start.yaml)
-    warm_start_steps: int | None = None
 
     def reward_scale(self, rewards: str) -> str:
         if self.generation == "minimind3":
@@ -81,10 +79,6 @@ VARIANTS = {
         warm_start_note="it shows the model MiniMind-3's layout (thought, </think>, answer), GRPO has to learn what "
         "its rewards ask of it",
         reward_model_asked=" asked MiniMind-3's way (the answer after the folded user turn)",
-        # MiniMind-3's terms pay for no layout, so GRPO cannot teach it: it starts from a model that writes it. Stopped
-        # where the probe first sampled it (60 steps), seed 6 wrote runs of `</think>` with no answer, and GRPO moved
-        # its answers' language by +0.14; after 150 steps, by +0.34
-        warm_start_steps=150,
     ),
 }
 

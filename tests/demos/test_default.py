@@ -305,25 +305,6 @@ def test_warm_start_stops_at_the_first_probe_that_reaches_the_target(tmp_path, m
     assert probed_at == [recipe["probe_prompts"]] * 3
 
 
-@pytest.mark.parametrize("argv, steps", [(["--rewards", "rules"], None), (["--upstream", "minimind3"], 150),
-                                         (["--upstream", "minimind3", "--warm_start_steps", "7"], 7)])
-def test_minimind3s_warm_start_runs_its_steps_and_the_seeds_probes(tmp_path, monkeypatch, argv, steps):
-    """MiniMind-3's terms pay for no layout, so its warm start runs a fixed length (the variant's), where the seed
-    demo's stops on its probe (None); `--warm_start_steps` overrides either."""
-
-    class Reached(Exception):
-        pass
-
-    def recorded(model, tokenizer, seed, warm_steps, *args, **kwargs):
-        raise Reached(warm_steps)
-
-    monkeypatch.setattr(demo, "warm_start", recorded)
-    with pytest.raises(Reached) as reached:
-        demo.main([*argv, "--reward_model_steps", "1", "--threads", "1", "--output-dir", str(tmp_path / "out")])
-    assert reached.value.args == (steps,)
-    assert demo.VARIANTS["minimind3"].warm_start_steps == 150
-
-
 def test_warm_start_with_a_step_count_runs_exactly_that_many_without_probing(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "layout_share", lambda *args: pytest.fail("no probe when the steps are given"))
     tokenizer = demo.build_tokenizer()
@@ -628,7 +609,7 @@ def test_minimind3_is_documented_in_help(capsys):
 @pytest.mark.slow(minutes=5)
 def test_the_minimind3_demo_learns_minimind3s_reward(tmp_path):
     """`minimind-trl demo --upstream minimind3` with its defaults (seed 42): the last 10 GRPO steps' mean total reward
-    (MiniMind-3's five terms) is at least 1.5 above the first 10's (+2 to +3.8 on the seeds in docs/demo.md), the
+    (MiniMind-3's five terms) is at least 1.5 above the first 10's (+1 to +3.9 on the seeds in docs/demo.md), the
     reward model's term carries much of it (>= +1.0), the answers move to the question's language (checked without
     the reward model), and the exit code is the demo's own verdict, written in summary.json.
 
