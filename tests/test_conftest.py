@@ -31,7 +31,9 @@ def test_the_slow_tests_come_first_the_longest_first():
     ]
     assert names[4] == "test_reward_model_prefers_the_property_on_held_out_prompts"  # slow, no minutes given
     fast = names[5:]  # the others follow, in file order
-    assert fast.index("test_demo_exits_cleanly") < fast.index("test_bad_arguments_are_rejected")
+    assert fast.index("test_a_run_too_short_to_learn_exits_1_and_its_summary_says_why") < fast.index(
+        "test_bad_arguments_are_rejected"
+    )
 
 
 def test_the_users_of_a_module_fixture_are_one_xdist_group():

@@ -206,9 +206,15 @@ def tiny_demo(core_site, tmp_path_factory):
     return out, result
 
 
+def completed(out, result) -> bool:
+    """The demo ran to its end: exit 0, or 1 when two GRPO steps learnt nothing, as its summary says."""
+    summary = out / "summary.json"
+    return summary.is_file() and result.returncode == (0 if json.loads(summary.read_text())["learned"] else 1)
+
+
 def test_the_default_demo_runs_with_only_the_core_dependencies(tiny_demo):
     out, result = tiny_demo
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert completed(out, result), result.stdout[-3000:] + result.stderr[-3000:]
     assert (out / "config.json").is_file() and (out / "_reward_model" / "tokenizer.model").is_file()
     # without the [plot] extra the curve is skipped with the extra named, not a crash
     assert "pip install 'minimind-trl[plot]'" in result.stdout
@@ -216,7 +222,7 @@ def test_the_default_demo_runs_with_only_the_core_dependencies(tiny_demo):
 
 def test_convert_export_and_grpo_run_with_only_the_core_dependencies(core_site, tiny_demo, tmp_path):
     demo, result = tiny_demo
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert completed(*tiny_demo), result.stderr[-3000:]
     native = tmp_path / "grpo_64.pth"
     steps = [
         ("export", str(demo), str(native), "--format", "native"),
@@ -236,7 +242,7 @@ def test_convert_export_and_grpo_run_with_only_the_core_dependencies(core_site, 
 
 def test_optional_extras_name_the_extra_to_install(core_site, tiny_demo, tmp_path):
     demo, result = tiny_demo
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert completed(*tiny_demo), result.stderr[-3000:]
     gguf = cli(core_site, "export", str(demo), str(tmp_path / "m.gguf"), "--format", "gguf")
     assert gguf.returncode == 2 and "pip install 'minimind-trl[gguf]'" in gguf.stderr, gguf.stderr[-2000:]
     board = cli(

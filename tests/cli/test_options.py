@@ -319,8 +319,8 @@ def test_the_lora_options_reach_the_adapter(sources, tmp_path):
 def test_dataset_train_split_picks_the_split_trained_on(sources, tmp_path):
     from minimind_trl.cli.run_data import load_run_data
 
-    _, (script_args, training_args, _) = plan_for(sources, tmp_path, "--dataset_train_split", "test")
-    prompts = {row["prompt"][-1]["content"] for row in load_run_data(script_args, training_args).train}
+    plan, _ = plan_for(sources, tmp_path, "--dataset_train_split", "test")
+    prompts = {row["prompt"][-1]["content"] for row in load_run_data(plan.prompts).train}
     assert prompts == {"Only in the test split?"}
 
 
