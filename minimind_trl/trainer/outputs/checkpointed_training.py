@@ -187,8 +187,10 @@ class CheckpointedTraining:
         in_progress = getattr(self, "push_in_progress", None)
         started = [job for job in (in_progress.jobs if in_progress is not None else []) if id(job) not in before]
         name = os.path.basename(checkpoint_folder)
-        for job, what in zip(started, (f"the model of {name}", f"{name} itself"), strict=False):
-            self.hub_pushes.watch(job, what)
+        # the Trainer's model upload, then (checkpoint hub strategies) the folder's
+        labels = (f"the model of {name}", f"{name} itself")
+        for index, job in enumerate(started):  # every upload started is watched, even one a later transformers adds
+            self.hub_pushes.watch(job, labels[index] if index < len(labels) else f"{name}, upload {index + 1}")
 
     def _save_checkpoint(self, model, trial) -> None:
         """The Trainer's checkpoint, written into `_staging/checkpoint-N` by every rank, then published whole."""
