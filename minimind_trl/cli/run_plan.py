@@ -217,9 +217,9 @@ def check_run(
     check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
     policy = policy_source(model_args, script_args, training_args.output_dir)
     quantization = quantization_config(model_args, training_args)
+    prompts = prompt_sources(script_args, training_args)
     if check_data:
         check_data_sources(script_args, training_args)
-    prompts = prompt_sources(script_args, training_args)
     check_reward_specs(script_args, training_args)
     toolbox = toolbox_settings(script_args)
     rewards = reward_spec(script_args, training_args, toolbox)
