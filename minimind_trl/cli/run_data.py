@@ -242,24 +242,24 @@ def load_eval_prompts(sources: PromptSources, mixture: dict | None):
     return load_prompts(sources, sources.dataset_name, split, "dataset_test_split", sources.data_files)
 
 
-def training_source(script_args) -> str:
+def training_source(sources: PromptSources) -> str:
     """Where the training prompts come from, as the model card names it."""
-    if not script_args.datasets:
-        return script_args.dataset_name
+    if not sources.mixture:
+        return sources.dataset_name
     parts = [f"{entry.path} [{entry.split}]" + (f" x{entry.fraction}" if entry.fraction is not None else "")
-             for entry in script_args.datasets]
-    held_out = f", test_split_size {script_args.test_split_size}" if script_args.test_split_size is not None else ""
+             for entry in sources.mixture]
+    held_out = f", test_split_size {sources.test_split_size}" if sources.test_split_size is not None else ""
     return f"mixture of {' + '.join(parts)}{held_out}"
 
 
-def held_out_source(script_args, training_args) -> str | None:
+def held_out_source(sources: PromptSources) -> str | None:
     """Where the held-out prompts come from, as the model card names it (None without evaluation)."""
-    if not evaluates(training_args):
+    if not sources.evaluates:
         return None
-    if script_args.eval_dataset_name is not None:
-        return script_args.eval_dataset_name
-    name = MIXTURE if script_args.datasets else script_args.dataset_name
-    return f"{name} [{script_args.dataset_test_split}]"
+    if sources.eval_dataset_name is not None:
+        return sources.eval_dataset_name
+    name = MIXTURE if sources.mixture else sources.dataset_name
+    return f"{name} [{sources.test_split}]"
 
 
 def prompt_sources(script_args, training_args) -> PromptSources:
