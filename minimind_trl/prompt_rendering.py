@@ -224,6 +224,20 @@ def tokenizer_digest(tokenizer: Any) -> str:
     return _digest([sorted(tokenizer.get_vocab().items()), tokenizer.all_special_tokens, _template_text(tokenizer)])
 
 
+def render_per_prompt(
+    dataset: datasets.Dataset | None,
+    tokenizer: Any,
+    rendering: PromptRendering,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> datasets.Dataset | None:
+    """`dataset` with each prompt rendered per row (`with_rendered_prompts`) when `rendering` chooses per prompt, or
+    unchanged (also None, a run without held-out prompts). Held-out prompts render as in the first epoch at every
+    evaluation."""
+    if dataset is None or not rendering.per_prompt:
+        return dataset
+    return with_rendered_prompts(dataset, tokenizer, rendering, chat_template_kwargs)
+
+
 def prompt_renderer(dataset: Any) -> PromptRenderer | None:
     """The `PromptRenderer` a dataset renders its rows with, if any."""
     format_ = getattr(dataset, "format", None)
@@ -246,6 +260,7 @@ __all__ = [
     "choose_system_prompt",
     "keyed_uniform",
     "prompt_renderer",
+    "render_per_prompt",
     "render_prompt",
     "with_rendered_prompts",
 ]

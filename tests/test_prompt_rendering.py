@@ -112,8 +112,8 @@ def test_recipe_ratios_are_checked_when_parsing(tmp_path):
 
 def test_defaults_leave_the_seed_path_alone(tmp_path):
     """MiniMind2's path: no per-prompt choice, and `minimind-trl grpo` hands TRL the conversational dataset as is."""
-    from minimind_trl.cli.build import render_per_prompt
     from minimind_trl.cli.run_plan import prompt_rendering
+    from minimind_trl.prompt_rendering import render_per_prompt
 
     recipe = tiny_recipe(tmp_path, tmp_path / "policy", tmp_path / "data.jsonl")
     script_args, training_args, _, _ = parse_args(["--config", str(recipe)])

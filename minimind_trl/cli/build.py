@@ -11,7 +11,7 @@ import warnings
 from contextlib import nullcontext
 
 from ..agent.recipe import build_agent_rollout, check_agent_tokenizer, check_offered_tools
-from ..prompt_rendering import PromptRendering, with_rendered_prompts
+from ..prompt_rendering import render_per_prompt
 from ..rewards.registry import build_reward_funcs
 from ..trainer.grpo_trainer import MiniMindGRPOTrainer
 from .model_generation import warn_on_generation_mismatch
@@ -33,14 +33,6 @@ def hide_rollout_func_notice() -> None:
     )  # fmt: skip
 
 
-def render_per_prompt(dataset, tokenizer, rendering: PromptRendering, chat_template_kwargs=None):
-    """`dataset` with each prompt rendered per row (MiniMind-3's `thinking_ratio`/system prompts), or unchanged (also
-    None, a run without held-out prompts). Held-out prompts render as in the first epoch at every evaluation."""
-    if dataset is None or not rendering.per_prompt:
-        return dataset
-    return with_rendered_prompts(dataset, tokenizer, rendering, chat_template_kwargs)
-
-
 def build_from_plan(
     plan: RunPlan, training_args, model_args, callbacks=None, train_dataset=None, eval_dataset=None
 ) -> MiniMindGRPOTrainer:
@@ -56,9 +48,9 @@ def build_from_plan(
     check_enough_prompts(data.train, training_args, source)
     if plan.agent is not None:  # before the policy loads: the data is read now
         toolbox = plan.agent.toolbox.load()
-        check_offered_tools(data.train, toolbox, source)
-        if data.eval is not None:
-            check_offered_tools(data.eval, toolbox, plan.run_card.eval_dataset)
+        for prompts, where in ((data.train, source), (data.eval, plan.run_card.eval_dataset)):
+            if prompts is not None:
+                check_offered_tools(prompts, toolbox, where)
     policy = plan.policy  # a native .pth: the main process converts it, the others then read its folder
     converting = (
         training_args.main_process_first(local=training_args.save_on_each_node, desc="converting the native policy")
@@ -108,4 +100,4 @@ def build_trainer(
     return build_from_plan(plan, training_args, model_args, callbacks, train_dataset, eval_dataset)
 
 
-__all__ = ["build_from_plan", "build_trainer", "render_per_prompt"]
+__all__ = ["build_from_plan", "build_trainer"]

@@ -153,10 +153,12 @@ def check_policy_weights(name_or_path: str, revision: str = "main") -> None:
 
 
 def policy_source(model_args, script_args, output_dir: str) -> PolicySource:
-    """Where the policy loads from (the run plan's part: nothing is read): a folder or Hub id as it is, a native
-    `.pth` from its conversion in `<output_dir>/_base_model`. `native_config` applies to a native `.pth` only."""
+    """Where the policy loads from (the run plan's part: its location is checked, nothing is read): a folder or Hub
+    id as it is, a native `.pth` from its conversion in `<output_dir>/_base_model`. `native_config` applies to a
+    native `.pth` only."""
     name = model_args.model_name_or_path
     tokenizer = script_args.tokenizer_name_or_path
+    check_model_source(name, tokenizer)
     if not is_native_checkpoint(name):
         if getattr(script_args, "native_config", None):
             raise ModelSourceError(

@@ -125,6 +125,8 @@ def check_data_sources(script_args, training_args) -> None:
         if script_args.datasets and script_args.test_split_size is not None:
             raise RecipeError("eval_dataset_name and test_split_size both name held-out prompts; keep one")
         check_dataset_source(script_args.eval_dataset_name, key="eval_dataset_name")
+    if script_args.datasets:
+        check_mixture_splits(script_args, training_args)
 
 
 def check_mixture(script_args) -> None:
@@ -158,6 +160,28 @@ def check_mixture(script_args) -> None:
             raise RecipeError("datasets: fraction must be set for either all entries of the mixture or none of them")
         if any(fraction < 0 for fraction in fractions) or sum(fractions) <= 0:
             raise RecipeError(f"datasets: fractions {fractions} must be 0 or more, and not all 0")
+
+
+def mixture_splits(test_split_size: float | None) -> list[str]:
+    """A mixture's splits, as TRL's `get_dataset` names them: `train`, and `test` when `test_split_size` holds rows
+    out."""
+    return ["train"] if test_split_size is None else ["train", "test"]
+
+
+def check_mixture_splits(script_args, training_args) -> None:
+    """The splits the run reads of a mixture are splits it has (known before anything loads)."""
+    asked = {"dataset_train_split": script_args.dataset_train_split}
+    if evaluates(training_args) and script_args.eval_dataset_name is None:
+        asked["dataset_test_split"] = script_args.dataset_test_split
+    splits = mixture_splits(script_args.test_split_size)
+    for key, split in asked.items():
+        with split_named_by(key, split):
+            check_split(MIXTURE, split, splits)
+
+
+def mixture_part(mixture: dict, split: str | None):
+    """The mixture's `split` (the plan checked it: `check_mixture_splits`), or its only split for None."""
+    return mixture[split] if split is not None else next(iter(mixture.values()))
 
 
 def load_prompts(sources: PromptSources, path: str, split: str | None, key: str, data_files=None):
@@ -214,29 +238,28 @@ def load_eval_prompts(sources: PromptSources, mixture: dict | None):
         path = sources.eval_dataset_name
         return load_prompts(sources, path, None if has_one_split(path) else split, "dataset_test_split")
     if mixture is not None:
-        with split_named_by("dataset_test_split", split):
-            return mixture[check_split(MIXTURE, split, mixture)]
+        return mixture_part(mixture, split)
     return load_prompts(sources, sources.dataset_name, split, "dataset_test_split", sources.data_files)
 
 
-def training_source(script_args) -> str:
+def training_source(sources: PromptSources) -> str:
     """Where the training prompts come from, as the model card names it."""
-    if not script_args.datasets:
-        return script_args.dataset_name
+    if not sources.mixture:
+        return sources.dataset_name
     parts = [f"{entry.path} [{entry.split}]" + (f" x{entry.fraction}" if entry.fraction is not None else "")
-             for entry in script_args.datasets]
-    held_out = f", test_split_size {script_args.test_split_size}" if script_args.test_split_size is not None else ""
+             for entry in sources.mixture]
+    held_out = f", test_split_size {sources.test_split_size}" if sources.test_split_size is not None else ""
     return f"mixture of {' + '.join(parts)}{held_out}"
 
 
-def held_out_source(script_args, training_args) -> str | None:
+def held_out_source(sources: PromptSources) -> str | None:
     """Where the held-out prompts come from, as the model card names it (None without evaluation)."""
-    if not evaluates(training_args):
+    if not sources.evaluates:
         return None
-    if script_args.eval_dataset_name is not None:
-        return script_args.eval_dataset_name
-    name = MIXTURE if script_args.datasets else script_args.dataset_name
-    return f"{name} [{script_args.dataset_test_split}]"
+    if sources.eval_dataset_name is not None:
+        return sources.eval_dataset_name
+    name = MIXTURE if sources.mixture else sources.dataset_name
+    return f"{name} [{sources.test_split}]"
 
 
 def prompt_sources(script_args, training_args) -> PromptSources:
@@ -263,8 +286,7 @@ def load_run_data(sources: PromptSources) -> RunData:
     split = sources.train_split
     mixture = load_mixture(sources) if sources.mixture else None
     if mixture is not None:
-        with split_named_by("dataset_train_split", split):
-            train = mixture[check_split(MIXTURE, split, mixture)]
+        train = mixture_part(mixture, split)
     else:
         train = load_prompts(sources, sources.dataset_name, split, "dataset_train_split", sources.data_files)
     data = RunData(train)

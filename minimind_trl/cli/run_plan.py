@@ -34,7 +34,6 @@ from ..trainer.outputs.model_card import RunCard, describe_run
 from .hub import check_hub_repo
 from .policy import (
     PolicySource,
-    check_model_source,
     is_native_checkpoint,
     lora_config,
     model_init_kwargs,
@@ -169,9 +168,11 @@ def recipe_run_identity(script_args, model_args) -> dict:
     return values
 
 
-def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_config, own_data=False) -> RunCard:
-    """The model card's description of a CLI run: the recipe and its overrides, rewards, data and settings
-    (`own_data`: the caller brings the prompts, so the recipe's held-out source is not theirs)."""
+def run_card(
+    script_args, training_args, base_model: str, recipe: Recipe, peft_config, prompts: PromptSources, own_data=False
+) -> RunCard:
+    """The model card's description of a CLI run: the recipe and its overrides, rewards, data (where `prompts` reads
+    them) and settings (`own_data`: the caller brings the prompts, so the recipe's held-out source is not theirs)."""
     return describe_run(
         base_model,
         training_args,
@@ -183,8 +184,8 @@ def run_card(script_args, training_args, base_model: str, recipe: Recipe, peft_c
         reward_funcs=list(script_args.reward_funcs),
         reward_weights=list(training_args.reward_weights or [1.0] * len(script_args.reward_funcs)),
         reward_model=script_args.reward_model_name_or_path,
-        dataset=training_source(script_args),
-        eval_dataset=None if own_data else held_out_source(script_args, training_args),
+        dataset=training_source(prompts),
+        eval_dataset=None if own_data else held_out_source(prompts),
     )
 
 
@@ -214,12 +215,11 @@ def check_run(
     """All checks that need no model, then what the later stages read; raises a `ValueError` subclass whose
     message names the culprit. `check_data=False` when the caller brings its own dataset; `recipe` is what the
     model card shows of the recipe."""
-    check_model_source(model_args.model_name_or_path, script_args.tokenizer_name_or_path)
     policy = policy_source(model_args, script_args, training_args.output_dir)
     quantization = quantization_config(model_args, training_args)
+    prompts = prompt_sources(script_args, training_args)
     if check_data:
         check_data_sources(script_args, training_args)
-    prompts = prompt_sources(script_args, training_args)
     check_reward_specs(script_args, training_args)
     toolbox = toolbox_settings(script_args)
     rewards = reward_spec(script_args, training_args, toolbox)
@@ -284,7 +284,8 @@ def check_run(
         peft_config=peft_config,
         quantization_config=quantization,
         run_card=run_card(
-            script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, own_data=not check_data
+            script_args, training_args, policy.base_model, recipe or Recipe(), peft_config, prompts,
+            own_data=not check_data,
         ),
         rewards=rewards,
     )

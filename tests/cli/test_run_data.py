@@ -175,6 +175,20 @@ def test_a_held_out_share_is_drawn_with_the_seed(sources):
     assert first["test"].to_list() == again["test"].to_list() and first["test"].to_list() != other["test"].to_list()
 
 
+def test_a_mixtures_splits_are_checked_by_the_plan_and_read_by_loading(sources):
+    """A split the mixture lacks is refused before a row loads (even a bad row); loading reads the split the plan
+    checked, and no split (None) is the mixture's only one."""
+    from minimind_trl.cli.run_data import check_data_sources, load_run_data
+
+    training_args = SimpleNamespace(eval_strategy="no", seed=0)
+    unread = script_args(mixture(sources["bad"]), dataset_train_split="validation")
+    with pytest.raises(ValueError, match=r"^dataset_train_split='validation': the datasets mixture has no split"):
+        check_data_sources(unread, training_args)
+    only = script_args(mixture(sources["small"]), dataset_train_split=None)
+    check_data_sources(only, training_args)
+    assert len(load_run_data(prompt_sources(only, training_args)).train) == 3
+
+
 def test_an_agent_mixture_reads_agent_rows_and_checks_each_file(tmp_path):
     """With `rollout: agent` every entry goes through the agent loader (tools and gt columns); a bad row names its
     file and line."""
