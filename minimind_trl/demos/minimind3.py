@@ -67,6 +67,28 @@ def has_layout(completion: str) -> bool:
     return thinking is not None and completion.count(THINK_CLOSE) == 1 and bool(answer)
 
 
+# --------------------------------------------------------------------------- the demo's sixth reward term
+
+# The demo's completions stop at 32 tokens (recipes/demo/grpo_minimind3.yaml's max_completion_length), so a policy
+# that never ends one reaches neither MiniMind-3's 1024-token cap nor its `length` term's 800-character limit:
+# upstream punishes a runaway completion, the demo's five terms pay it. On some seeds (6 on AVX2 kernels, 8
+# natively) the policy ran nearly every completion to the cap around step 100 and never learned the answers'
+# language. DAPO's soft overlong punishment (TRL's `get_soft_overlong_punishment`) restores the limit at the demo's
+# scale: 0 up to 24 tokens, then down to -1 at the cap.
+MAX_COMPLETION_LENGTH = 32
+OVERLONG_CACHE = 8
+
+
+def overlong_punishment(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+    """TRL's soft overlong punishment at the demo's completion length, as a reward function recipes can name
+    (`minimind_trl.demos.minimind3:overlong_punishment`)."""
+    from trl.rewards import get_soft_overlong_punishment
+
+    if completion_ids is None:
+        raise ValueError("overlong_punishment scores each completion's token ids: pass completion_ids (TRL does)")
+    return get_soft_overlong_punishment(MAX_COMPLETION_LENGTH, OVERLONG_CACHE)(completion_ids)
+
+
 # --------------------------------------------------------------------------- warm start
 
 
@@ -168,5 +190,6 @@ __all__ = [
     "has_layout",
     "in_question_language",
     "make_pairs",
+    "overlong_punishment",
     "warm_start_rows",
 ]

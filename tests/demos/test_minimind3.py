@@ -80,7 +80,8 @@ def test_some_pairs_are_as_long_as_a_whole_completion():
     """Once the policy stops closing its thought, MiniMind-3's term scores the whole completion (up to 32 tokens):
     the pairs hold answers that long, in the question's language against the other one."""
     train, _, texts = bundled_texts()
-    pairs = [(q, unpadded(c), unpadded(r), x) for q, c, r, x in m3.make_pairs(train, Fragments.from_texts(texts), 600, seed=0)]
+    pairs = [(q, unpadded(c), unpadded(r), x)
+             for q, c, r, x in m3.make_pairs(train, Fragments.from_texts(texts), 600, seed=0)]
     long = [pair for pair in pairs if len(pair[1]) >= 20 and len(pair[2]) >= 20]
     assert 0.2 <= len(long) / len(pairs) <= 0.4, len(long)  # 6 % of them without the long pairs
     # English filler against the same filler with a Chinese piece or two in it (what lingers of the warm start's
@@ -127,6 +128,26 @@ def test_pairs_fold_as_the_reward_term_folds_a_rendered_prompt(tokenizer):
     )  # fmt: skip
     term([prompt, prompt], [f"想一想\n</think>\n\n{answer}", answer])
     assert recorder.seen == [m3.conversation(question, answer, system)] * 2
+
+
+def test_the_overlong_term_punishes_completions_near_the_demos_cap_only():
+    """DAPO's soft overlong punishment at the demo's 32 tokens: 0 up to 24, then linearly down to -1 at the cap."""
+    ids = [[7] * length for length in (3, 24, 28, 32)]
+    assert m3.overlong_punishment(completion_ids=ids) == [0.0, 0.0, -0.5, -1.0]
+    with pytest.raises(ValueError, match="completion_ids"):
+        m3.overlong_punishment(prompts=["q"], completions=["a"])
+
+
+def test_the_demo_recipe_names_the_overlong_term_at_its_completion_length():
+    from minimind_trl.cli.recipe import parse_recipe
+    from minimind_trl.demos.default import GRPO_MINIMIND3_RECIPE, PROMPTS_FILE
+
+    script_args, training_args, _, _ = parse_recipe(
+        GRPO_MINIMIND3_RECIPE, {"dataset_name": str(PROMPTS_FILE), "output_dir": "unused"}
+    )
+    assert script_args.reward_funcs[-1] == "minimind_trl.demos.minimind3:overlong_punishment"
+    assert training_args.max_completion_length == m3.MAX_COMPLETION_LENGTH
+    assert len(training_args.reward_weights) == len(script_args.reward_funcs)
 
 
 def test_the_four_rule_terms_see_one_think_close_in_the_warm_start_completions():
