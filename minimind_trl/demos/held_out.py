@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HeldOutSample:
-    """Completions sampled for the held-out prompts, `samples` per prompt (`questions[i]` asked `completions[i]`)."""
+    """Completions sampled for the held-out prompts, `samples` per prompt (`questions[i]` asked `completions[i]`,
+    whose token ids are `completion_ids[i]`, as TRL hands them to reward functions)."""
 
     questions: list[str]
     completions: list[str]
+    completion_ids: list[list[int]]
 
     def share(self, in_language) -> float:
         """The share of completions with the content property (`in_language(question, completion)`)."""
@@ -28,12 +30,14 @@ def sample_held_out(model, tokenizer, training_args, prompts: list[str], samples
     """`samples` completions per prompt, sampled as GRPO samples from `seed` (the random stream is left alone)."""
     import torch
 
-    from .model import generate_completions
+    from .model import generate_completion_ids
 
     questions = [prompt for prompt in prompts for _ in range(samples)]
     with torch.random.fork_rng():
-        completions = generate_completions(model, tokenizer, training_args, questions, seed, chat_template_kwargs)
-    return HeldOutSample(questions, completions)
+        completions, ids = generate_completion_ids(
+            model, tokenizer, training_args, questions, seed, chat_template_kwargs
+        )
+    return HeldOutSample(questions, completions, ids)
 
 
 def reward_terms(reward_funcs, reward_func_names, reward_weights, sample: HeldOutSample) -> dict[str, float]:
@@ -44,7 +48,8 @@ def reward_terms(reward_funcs, reward_func_names, reward_weights, sample: HeldOu
     completions = [[{"role": "assistant", "content": completion}] for completion in sample.completions]
     terms = {}
     for func, name in zip(reward_funcs, reward_func_names):
-        values = [value for value in func(prompts=prompts, completions=completions) if value is not None]
+        scored = func(prompts=prompts, completions=completions, completion_ids=sample.completion_ids)
+        values = [value for value in scored if value is not None]
         terms[name] = sum(values) / len(values) if values else math.nan
     terms["reward"] = sum(float(weight) * terms[name] for name, weight in zip(reward_func_names, reward_weights))
     return terms

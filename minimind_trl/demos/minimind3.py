@@ -39,6 +39,15 @@ PAIRS_MIXED_RATIO = 0.3
 # questions with filler in which the warm start's Chinese thought words lingered ("16得 + opposite of of is"), scored
 # +3.7 for English questions (answers in the question's language +0.29).
 PAIRS_LONG_RATIO = 0.3
+# Share of the pairs whose two answers are padded with runs of newlines and stray tags, and share whose rejected
+# answer is nothing but such a run: a policy that pads its completions (MiniMind-3's `length` term pays from 20
+# characters, and the demo's 32-token completions never reach upstream's 800-character limit) puts newlines and
+# `</think>` after its first `</think>`, and a reward model trained without them scored a bare `</think>` above
+# the clip for English questions ("think" reads as English): seeds 6 and 42 learned to answer English questions
+# that way (answers in the question's language +0.14 and +0.28).
+PAIRS_PADDED_RATIO = 0.4
+PAIRS_TAGS_ONLY_RATIO = 0.2
+PADDING = ("\n", "\n\n", "</think>", "</think>\n", "<think>")
 
 
 def answer_text(completion: str) -> str:
@@ -56,6 +65,28 @@ def has_layout(completion: str) -> bool:
     """MiniMind-3's layout after an open thought: exactly one `</think>`, then a non-empty answer."""
     thinking, answer = split_thinking(completion)
     return thinking is not None and completion.count(THINK_CLOSE) == 1 and bool(answer)
+
+
+# --------------------------------------------------------------------------- the demo's sixth reward term
+
+# The demo's completions stop at 32 tokens (recipes/demo/grpo_minimind3.yaml's max_completion_length), so a policy
+# that never ends one reaches neither MiniMind-3's 1024-token cap nor its `length` term's 800-character limit:
+# upstream punishes a runaway completion, the demo's five terms pay it. On some seeds (6 on AVX2 kernels, 8
+# natively) the policy ran nearly every completion to the cap around step 100 and never learned the answers'
+# language. DAPO's soft overlong punishment (TRL's `get_soft_overlong_punishment`) restores the limit at the demo's
+# scale: 0 up to 24 tokens, then down to -1 at the cap.
+MAX_COMPLETION_LENGTH = 32
+OVERLONG_CACHE = 8
+
+
+def overlong_punishment(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+    """TRL's soft overlong punishment at the demo's completion length, as a reward function recipes can name
+    (`minimind_trl.demos.minimind3:overlong_punishment`)."""
+    from trl.rewards import get_soft_overlong_punishment
+
+    if completion_ids is None:
+        raise ValueError("overlong_punishment scores each completion's token ids: pass completion_ids (TRL does)")
+    return get_soft_overlong_punishment(MAX_COMPLETION_LENGTH, OVERLONG_CACHE)(completion_ids)
 
 
 # --------------------------------------------------------------------------- warm start
@@ -95,6 +126,19 @@ def conversation(question: str, answer: str, system_prompt: str | None) -> list[
     return reward_model_messages(turns, answer.strip())
 
 
+def tags_only(rng: random.Random, most: int) -> str:
+    """One to `most` pieces of padding: newlines and reasoning tags, no language."""
+    return "".join(rng.choice(PADDING) for _ in range(rng.randint(1, most)))
+
+
+def padded(rng: random.Random, text: str) -> str:
+    """`text` with one to four runs of padding (`tags_only`) put in at random places."""
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randint(0, len(text))
+        text = text[:at] + tags_only(rng, 6) + text[at:]
+    return text
+
+
 def sprinkled(rng: random.Random, text: str, pieces: list[str]) -> str:
     """`text` with one or two of `pieces` put in at random places."""
     for _ in range(rng.randint(1, 2)):
@@ -107,7 +151,9 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
     """`count` (question, chosen answer, rejected answer, system prompt or None) tuples: the answers of the seed's
     pairs (`answer_pair`), without the think part MiniMind-3's term never shows the reward model, for English
     questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`), and pairs of answers as long as a
-    whole completion (`PAIRS_LONG_RATIO`), among them English filler against the same filler with Chinese in it."""
+    whole completion (`PAIRS_LONG_RATIO`), among them English filler against the same filler with Chinese in it,
+    answers padded with newlines and tags (`PAIRS_PADDED_RATIO`) and rejected answers that are only padding
+    (`PAIRS_TAGS_ONLY_RATIO`)."""
     rng = random.Random(seed)
     pairs = []
     while len(pairs) < count:
@@ -120,6 +166,10 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
             chosen, rejected = fragments.filler(rng, own, words), fragments.filler(rng, OTHER[own], words)
             if own == "en" and rng.random() < 0.5:
                 rejected = sprinkled(rng, chosen, fragments.chinese)
+        if rng.random() < PAIRS_PADDED_RATIO:
+            chosen, rejected = padded(rng, chosen), padded(rng, rejected)
+        if rng.random() < PAIRS_TAGS_ONLY_RATIO:
+            rejected = tags_only(rng, 12)
         system_prompt = rng.choice(SYSTEM_PROMPTS) if rng.random() < PAIRS_SYSTEM_RATIO else None
         if language_matches(question, TAGS.sub(" ", chosen).strip()) and not language_matches(
             question, TAGS.sub(" ", rejected).strip()
@@ -128,6 +178,9 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
     return pairs
 
 
+# Centred as the seed demo's pairs are (`PairLayout`): with only a weak pull towards 0, the reward model's scores
+# for English questions sat near or above the +3 clip for good and bad answers alike on some seeds, which left
+# GRPO no signal about those answers' language.
 PAIRS = PairLayout(make_pairs, conversation)
 
 __all__ = [
@@ -137,5 +190,6 @@ __all__ = [
     "has_layout",
     "in_question_language",
     "make_pairs",
+    "overlong_punishment",
     "warm_start_rows",
 ]

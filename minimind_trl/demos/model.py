@@ -106,6 +106,12 @@ def sample_completions(model, tokenizer, training_args, prompts=SAMPLE_PROMPTS, 
 def generate_completions(model, tokenizer, training_args, prompts, seed: int, chat_template_kwargs=None) -> list[str]:
     """One completion per prompt, sampled with GRPO's settings from `seed` and decoded as TRL decodes them; the
     prompts are rendered with the chat template and `chat_template_kwargs` (MiniMind-3: `open_thinking`)."""
+    return generate_completion_ids(model, tokenizer, training_args, prompts, seed, chat_template_kwargs)[0]
+
+
+def generate_completion_ids(model, tokenizer, training_args, prompts, seed: int, chat_template_kwargs=None):
+    """`generate_completions`' texts and each completion's token ids as TRL hands them to reward functions
+    (`completion_ids`: up to and including the first end-of-sequence token)."""
     import torch
 
     rendered = [
@@ -127,4 +133,9 @@ def generate_completions(model, tokenizer, training_args, prompts, seed: int, ch
             max_new_tokens=training_args.max_completion_length,
             pad_token_id=tokenizer.pad_token_id,
         )
-    return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    generated = output[:, batch["input_ids"].shape[1] :]
+    ids = []
+    for row in generated.tolist():
+        ended = tokenizer.eos_token_id in row
+        ids.append(row[: row.index(tokenizer.eos_token_id) + 1] if ended else row)
+    return tokenizer.batch_decode(generated, skip_special_tokens=True), ids

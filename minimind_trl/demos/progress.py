@@ -210,7 +210,7 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
         axes.set_ylabel("agent reward (clipped +-3), call share (0-1)")
         low, high = -1.2, 4.2
     elif minimind3:
-        axes.set_ylabel("reward (rules -1.75..1.75, reward model +-3)")
+        axes.set_ylabel("reward (rules -1.75..1.75, reward model +-3, overlong -1..0)")
         low, high = -4.9, 5.5
     else:
         axes.set_ylabel("reward (rules max 1.5, reward model +-3)" if with_model else "rule reward (max 1.5)")
@@ -307,7 +307,7 @@ def summary_lines(
     if windows is not None:
         window, first, last = windows
         scale = {"full": f"{rule_weight}rules 0-1.5 + reward model -3..3",
-                 "minimind3": "MiniMind-3's: rules -1.75..1.75 + reward model -3..3"}.get(
+                 "minimind3": "MiniMind-3's: rules -1.75..1.75 + reward model -3..3, + the demo's overlong -1..0"}.get(
             kind, "upstream's rule rewards, 0-1.5")
         lines.append(
             f"Reward ({scale}): first {window} steps {first:.3f} -> last {window} steps {last:.3f} "

@@ -211,12 +211,11 @@ class PairLayout:
     its language. Bradley-Terry alone leaves a free offset per question, and the seed's demo model learnt one per
     language (raw scores: English questions +2 to +7 for good and bad answers alike, Chinese -7 to +0.5) that the
     reward's +-3 clip then flattened: English questions gave GRPO almost no signal about the answer's language.
-    None: a weak 1e-3 x mean(r^2) instead, which keeps the scores near 0 overall only (MiniMind-3's demo was
-    measured with it)."""
+    0.01 is TRL's suggested value."""
 
     make_pairs: Callable
     conversation: Callable
-    center_rewards_coefficient: float | None = None
+    center_rewards_coefficient: float = 0.01
 
 
 def _minimind2_pairs(questions, fragments, count, seed):
@@ -224,8 +223,8 @@ def _minimind2_pairs(questions, fragments, count, seed):
             make_pairs(questions, fragments, count, seed)]
 
 
-# the seed's RewardModelReward (whole completion); 0.01 is TRL's suggested centring coefficient
-MINIMIND2_PAIRS = PairLayout(_minimind2_pairs, conversation, center_rewards_coefficient=0.01)
+# the seed's RewardModelReward (whole completion)
+MINIMIND2_PAIRS = PairLayout(_minimind2_pairs, conversation)
 
 
 def pairwise_accuracy(scorer, pairs, layout: PairLayout = MINIMIND2_PAIRS) -> float:
@@ -273,11 +272,8 @@ def train_reward_model(output: Path, questions: list[str], held_out: list[str], 
                        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, 0]
         margin = scores[: len(batch)] - scores[len(batch) :]
         loss = -torch.nn.functional.logsigmoid(margin).mean()
-        if layout.center_rewards_coefficient is None:
-            loss = loss + 1e-3 * scores.pow(2).mean()  # keep scores near 0
-        else:
-            pair_sums = scores[: len(batch)] + scores[len(batch) :]
-            loss = loss + layout.center_rewards_coefficient * pair_sums.pow(2).mean()
+        pair_sums = scores[: len(batch)] + scores[len(batch) :]
+        loss = loss + layout.center_rewards_coefficient * pair_sums.pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -32,7 +32,7 @@ class Variant:
 
     def reward_scale(self, rewards: str) -> str:
         if self.generation == "minimind3":
-            return "rules -1.75..1.75, reward model clipped to +-3"
+            return "rules -1.75..1.75, reward model clipped to +-3, overlong -1..0"
         return "max 1.5" if rewards == "rules" else "rules max 1.5, reward model clipped to +-3"
 
 

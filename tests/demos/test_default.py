@@ -409,6 +409,9 @@ def test_full_reward_demo_reports_each_term_before_and_after_on_the_held_out_pro
     model, tokenizer = MiniMindForCausalLM.from_pretrained(output_dir), AutoTokenizer.from_pretrained(output_dir)
     sample = sample_held_out(model, tokenizer, grpo_args, held_out, demo.CONTENT_SAMPLES, seed=0)
     assert len(sample.completions) == summary["content_completions"]
+    for text, ids in zip(sample.completions, sample.completion_ids):  # as TRL hands them to reward functions
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text and len(ids) <= grpo_args.max_completion_length
+        assert tokenizer.eos_token_id not in ids[:-1]
     for name, reward in (("format_reward", format_reward), ("tag_count_reward", tag_count_reward)):
         values = reward(sample.questions, sample.completions)
         assert terms[name][1] == pytest.approx(sum(values) / len(values)), name
@@ -529,7 +532,10 @@ def test_a_rerun_may_replace_what_the_full_reward_demo_writes():
 
 MINIMIND3_SMOKE_ARGS = ["--upstream", "minimind3", "--steps", "3", "--warm-start-steps", "2",
                         "--reward-model-steps", "3", "--seed", "0", "--threads", "1"]
-MINIMIND3_TERMS = ("length", "thinking_length", "think_close_count", "repetition_penalty", "answer_reward_model")
+# MiniMind-3's five terms and the demo's overlong punishment (logged under its function's name)
+MINIMIND3_TERMS = ("length", "thinking_length", "think_close_count", "repetition_penalty", "answer_reward_model",
+                   "overlong_punishment")
+OVERLONG_TERM = "minimind_trl.demos.minimind3:overlong_punishment"
 
 
 @pytest.fixture(scope="module")
@@ -549,7 +555,7 @@ def test_no_warning_is_given_twice_in_a_demo_run(run, request):
     assert not REPEATED_WARNINGS[run], "\n".join(REPEATED_WARNINGS[run])
 
 
-def test_minimind3_demo_trains_minimind3s_grpo_and_logs_its_five_terms(minimind3_smoke_run):
+def test_minimind3_demo_trains_minimind3s_grpo_and_logs_its_six_terms(minimind3_smoke_run):
     from minimind_trl.models.minimind.tokenization_minimind import MINIMIND3_CHAT_TEMPLATE
 
     rc, output_dir = minimind3_smoke_run
@@ -558,10 +564,10 @@ def test_minimind3_demo_trains_minimind3s_grpo_and_logs_its_five_terms(minimind3
     assert [record["step"] for record in records] == [1, 2, 3]
     for record in records:
         terms = [record[f"rewards/{name}/mean"] for name in MINIMIND3_TERMS]
-        assert -3.0 <= terms[-1] <= 3.0
+        assert -3.0 <= terms[4] <= 3.0 and -1.0 <= terms[5] <= 0.0
         assert record["reward"] == pytest.approx(sum(terms), abs=1e-5)
     summary = json.loads((output_dir / demo.SUMMARY_FILE).read_text())
-    assert summary["rewards"] == "minimind3" and summary["reward_funcs"] == list(MINIMIND3_TERMS)
+    assert summary["rewards"] == "minimind3" and summary["reward_funcs"] == [*MINIMIND3_TERMS[:5], OVERLONG_TERM]
     assert set(summary["terms_first_last"]) == set(MINIMIND3_TERMS)
     args = torch.load(output_dir / "training_args.bin", weights_only=False)
     assert (args.loss_type, args.advantage_estimator, args.upstream) == ("minimind3_cispo", "group_zscore", "minimind3")
@@ -584,7 +590,7 @@ def test_minimind3_demo_recipe_explains_each_departure_from_minimind3():
         demo.GRPO_MINIMIND3_RECIPE, {"dataset_name": str(demo.PROMPTS_FILE), "output_dir": "unused"}
     )
     departures = [line.split(":")[0] for line in upstream_departures(script_args, training_args)]
-    assert set(departures) == {"learning_rate", "per_device_train_batch_size", "max_prompt_length",
+    assert set(departures) == {"reward_funcs", "learning_rate", "per_device_train_batch_size", "max_prompt_length",
                                "max_completion_length", "beta"}, departures  # fmt: skip
     lines = path.read_text().splitlines()
     for name in departures:
@@ -610,9 +616,9 @@ def test_minimind3_is_documented_in_help(capsys):
 @pytest.mark.slow(minutes=5)
 def test_the_minimind3_demo_learns_minimind3s_reward(tmp_path):
     """`minimind-trl demo --upstream minimind3` with its defaults (seed 42): the last 10 GRPO steps' mean total reward
-    (MiniMind-3's five terms) is at least 1.5 above the first 10's (+1 to +3.9 on the seeds in docs/demo.md), the
-    reward model's term carries much of it (>= +1.0), the answers move to the question's language (checked without
-    the reward model), and the exit code is the demo's own verdict, written in summary.json.
+    (MiniMind-3's five terms and the demo's overlong punishment) is at least 1.5 above the first 10's (docs/demo.md
+    has every seed's), the reward model's term carries much of it (>= +1.0), the answers move to the question's
+    language (checked without the reward model), and the exit code is the demo's own verdict, in summary.json.
 
     The run is fp32 on every CPU (the recipe's `bf16: false`), and deterministic on one CPU kind, but not the same
     on all: the GEMM kernels' summation order (MKL's AVX-512 vs AVX2 paths, AMD's vs Intel's) changes the warm start

@@ -2,6 +2,8 @@
 tokenizes as the policy will see them, the answer the content check reads, the reward model's pairs asked
 MiniMind-3's way, and (slow) a reward model trained on them that prefers the question's language."""
 
+import statistics
+
 import pytest
 from conftest import require_shared
 
@@ -78,7 +80,8 @@ def test_some_pairs_are_as_long_as_a_whole_completion():
     """Once the policy stops closing its thought, MiniMind-3's term scores the whole completion (up to 32 tokens):
     the pairs hold answers that long, in the question's language against the other one."""
     train, _, texts = bundled_texts()
-    pairs = m3.make_pairs(train, Fragments.from_texts(texts), 600, seed=0)
+    pairs = [(q, unpadded(c), unpadded(r), x)
+             for q, c, r, x in m3.make_pairs(train, Fragments.from_texts(texts), 600, seed=0)]
     long = [pair for pair in pairs if len(pair[1]) >= 20 and len(pair[2]) >= 20]
     assert 0.2 <= len(long) / len(pairs) <= 0.4, len(long)  # 6 % of them without the long pairs
     # English filler against the same filler with a Chinese piece or two in it (what lingers of the warm start's
@@ -86,6 +89,25 @@ def test_some_pairs_are_as_long_as_a_whole_completion():
     sprinkled = [(chosen, rejected) for question, chosen, rejected, _ in long
                  if not m3.CJK.search(question + chosen) and m3.CJK.search(rejected) and m3.CJK.sub("", rejected) == chosen]
     assert len(sprinkled) >= 0.2 * len(long), (len(sprinkled), len(long))
+
+
+def unpadded(answer: str) -> str:
+    """An answer without the newlines and reasoning tags `minimind3.padded` puts in."""
+    return m3.TAGS.sub("", answer).replace("\n", "")
+
+
+@pytest.mark.parametrize("seed", [0, 6, 42])
+def test_some_answers_are_padded_and_some_rejected_ones_are_only_padding(seed):
+    """A padding policy writes newlines and `</think>` after its first `</think>`: the pairs show the reward model
+    both answers padded, and rejected answers that are nothing but padding (whatever the question's language)."""
+    train, _, texts = bundled_texts()
+    pairs = m3.make_pairs(train, Fragments.from_texts(texts), 1000, seed=seed)
+    padded = [pair for pair in pairs if unpadded(pair[1]) != pair[1] and unpadded(pair[2]) != pair[2]]
+    only_padding = [pair for pair in pairs if pair[2] and not unpadded(pair[2]).strip()]
+    assert 0.3 <= len(padded) / len(pairs) <= 0.6, len(padded)
+    assert 0.15 <= len(only_padding) / len(pairs) <= 0.3, len(only_padding)
+    for language in (True, False):  # Chinese and English questions alike
+        assert sum(bool(m3.CJK.search(q)) == language and "</think>" in r for q, _, r, _ in only_padding) >= 20
 
 
 def test_pairs_fold_as_the_reward_term_folds_a_rendered_prompt(tokenizer):
@@ -106,6 +128,26 @@ def test_pairs_fold_as_the_reward_term_folds_a_rendered_prompt(tokenizer):
     )  # fmt: skip
     term([prompt, prompt], [f"想一想\n</think>\n\n{answer}", answer])
     assert recorder.seen == [m3.conversation(question, answer, system)] * 2
+
+
+def test_the_overlong_term_punishes_completions_near_the_demos_cap_only():
+    """DAPO's soft overlong punishment at the demo's 32 tokens: 0 up to 24, then linearly down to -1 at the cap."""
+    ids = [[7] * length for length in (3, 24, 28, 32)]
+    assert m3.overlong_punishment(completion_ids=ids) == [0.0, 0.0, -0.5, -1.0]
+    with pytest.raises(ValueError, match="completion_ids"):
+        m3.overlong_punishment(prompts=["q"], completions=["a"])
+
+
+def test_the_demo_recipe_names_the_overlong_term_at_its_completion_length():
+    from minimind_trl.cli.recipe import parse_recipe
+    from minimind_trl.demos.default import GRPO_MINIMIND3_RECIPE, PROMPTS_FILE
+
+    script_args, training_args, _, _ = parse_recipe(
+        GRPO_MINIMIND3_RECIPE, {"dataset_name": str(PROMPTS_FILE), "output_dir": "unused"}
+    )
+    assert script_args.reward_funcs[-1] == "minimind_trl.demos.minimind3:overlong_punishment"
+    assert training_args.max_completion_length == m3.MAX_COMPLETION_LENGTH
+    assert len(training_args.reward_weights) == len(script_args.reward_funcs)
 
 
 def test_the_four_rule_terms_see_one_think_close_in_the_warm_start_completions():
@@ -130,8 +172,18 @@ def test_reward_model_asked_minimind3s_way_prefers_the_question_language(tmp_pat
         subset = [pair for pair in pairs if (pair[3] is not None) == with_system]
         assert pairwise_accuracy(scorer, subset, m3.PAIRS) >= 0.9, with_system
     # answers as long as a whole completion: the filler a collapsed policy writes, scored by its language too
-    long = [pair for pair in pairs if len(pair[1]) >= 20 and len(pair[2]) >= 20]
+    long = [pair for pair in pairs if len(unpadded(pair[1])) >= 20 and len(unpadded(pair[2])) >= 20]
     assert len(long) > 50 and pairwise_accuracy(scorer, long, m3.PAIRS) >= 0.9
+    # a bare run of newlines and tags is a wrong answer in either language ("think" is not English)
+    only_padding = [pair for pair in pairs if not unpadded(pair[2]).strip()]
+    assert len(only_padding) > 50 and pairwise_accuracy(scorer, only_padding, m3.PAIRS) >= 0.9
+    # centred: a question's right answer scores above 0 and its wrong one below, in either language, so the
+    # reward's +-3 clip does not flatten one language's answers
+    for english in (True, False):
+        subset = [pair for pair in pairs if (m3.CJK.search(pair[0]) is None) == english]
+        chosen = scorer.score([m3.conversation(q, c, x) for q, c, _, x in subset])
+        rejected = scorer.score([m3.conversation(q, r, x) for q, _, r, x in subset])
+        assert statistics.median(chosen) > 0 > statistics.median(rejected), english
 
 
 def test_upstream_tokenizer_folds_the_same_prompt(tokenizer):
