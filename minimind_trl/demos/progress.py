@@ -47,6 +47,7 @@ CURVE_TERMS = (
     ("rewards/think_close_count/mean", "</think> count (+-0.25)", "#c51b8a"),
     ("rewards/repetition_penalty/mean", "repetition penalty (-0.5..0)", "#636363"),
     ("rewards/answer_reward_model/mean", "reward model on the answer (clipped +-3)", "#756bb1"),
+    ("rewards/overlong_punishment/mean", "overlong punishment (-1..0)", "#3182bd"),
     ("agent_rule_reward/tool_call_fraction", "share of rollouts calling a tool", "#e6550d"),
     ("agent_rule_reward/call_gap", "valid call (call_gap, +0.5 / -0.5 per gap)", "#c51b8a"),
     ("agent_rule_reward/gt_match", "tool result stated (gt_match, 0 or 2.5)", "#31a354"),
@@ -210,7 +211,7 @@ def plot_reward_curve(records: list[dict], path: str | os.PathLike, title: str) 
         axes.set_ylabel("agent reward (clipped +-3), call share (0-1)")
         low, high = -1.2, 4.2
     elif minimind3:
-        axes.set_ylabel("reward (rules -1.75..1.75, reward model +-3, overlong -1..0)")
+        axes.set_ylabel("reward (rules +-1.75, RM +-3, overlong -1..0)")
         low, high = -4.9, 5.5
     else:
         axes.set_ylabel("reward (rules max 1.5, reward model +-3)" if with_model else "rule reward (max 1.5)")
