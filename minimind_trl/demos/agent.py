@@ -51,7 +51,7 @@ class AgentWarmStartArguments:
     """The keys of `recipes/demo/agent_warm_start.yaml` beyond TRL's `SFTConfig`."""
 
     call_share: float = field(
-        default=0.4, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
+        default=0.6, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
     )
     target_solved_share: float = field(
         default=0.15,
