@@ -54,7 +54,7 @@ class AgentWarmStartArguments:
         default=0.6, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
     )
     target_solved_share: float = field(
-        default=0.15,
+        default=0.3,
         metadata={"help": "Stop once this share of the probe's rollouts, sampled as GRPO samples them, call the tool "
                   "and state its result (checked every probe_every steps; max_steps caps it). 0 runs max_steps."},
     )
