@@ -51,12 +51,17 @@ class AgentWarmStartArguments:
     """The keys of `recipes/demo/agent_warm_start.yaml` beyond TRL's `SFTConfig`."""
 
     call_share: float = field(
-        default=0.6, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
+        default=0.5, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
     )
     target_solved_share: float = field(
-        default=0.3,
+        default=0.15,
         metadata={"help": "Stop once this share of the probe's rollouts, sampled as GRPO samples them, call the tool "
                   "and state its result (checked every probe_every steps; max_steps caps it). 0 runs max_steps."},
+    )
+    target_copied_share: float = field(
+        default=0.8,
+        metadata={"help": "... and this share of the probe's rollouts that make a valid call state its result: GRPO "
+                  "readily teaches calling, copying hardly."},
     )
     min_steps: int = field(default=300, metadata={"help": "No probe before this many SFT steps."})
     probe_every: int = field(default=25, metadata={"help": "SFT steps between two probes."})
@@ -72,30 +77,37 @@ class AgentWarmStart:
     call_share: float
     solved_share: float | None  # at the last probe; None when no probe ran
     target: float
+    copied_share: float | None = None  # at the last probe: of the rollouts with a valid call, those stating its result
+    copied_target: float = 0.0
 
     def reached(self) -> bool | None:
-        """Whether the last probe reached the target (None when no probe ran: the steps were given)."""
-        return None if self.solved_share is None else self.solved_share >= self.target
+        """Whether the last probe reached both targets (None when no probe ran: the steps were given)."""
+        if self.solved_share is None:
+            return None
+        return self.solved_share >= self.target and self.copied_share >= self.copied_target
 
     def why_it_stopped(self) -> str:
         """The clause the demo prints after the step count ("" when the steps were given)."""
         if self.solved_share is None:
             return ""
-        share, target = f"{self.solved_share:.0%}", f"{self.target:.0%}"
+        found = (f"{self.solved_share:.0%} of its sampled rollouts called {task.TOOL} and stated its result, "
+                 f"{self.copied_share:.0%} of those that called")
+        targets = f"targets {self.target:.0%} and {self.copied_target:.0%}"
         if self.reached():
-            return f", until {share} of its sampled rollouts called {task.TOOL} and stated its result (target {target})"
-        return (f" (its cap: at the last probe only {share} of its sampled rollouts called {task.TOOL} and stated its "
-                f"result, short of the target {target}; GRPO then has little to build on)")
+            return f", until {found} ({targets})"
+        return f" (its cap: at the last probe {found}, short of the {targets}; GRPO then has little to build on)"
 
 
 def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratch_dir: str, training_args, toolbox,
                max_turns: int) -> AgentWarmStart:
     """The brief SFT of `model` (in place). With `steps` None it runs until `target_solved_share` of the probe's
     rollouts, sampled as GRPO samples them (`training_args`' temperature, top-k and top-p, the real tool), call the
-    tool and state its result (at least `min_steps`, at most `max_steps`): what GRPO needs is groups of rollouts
-    where some earn the task's reward and some do not. Copying the numbers is learnt in a sudden jump whose step
-    depends on the seed, and how often the model samples a call swings from step to step, so neither a fixed length
-    nor a teacher-forced copying check finds that point. `steps` runs exactly that many."""
+    tool and state its result, and `target_copied_share` of those with a valid call state it (at least `min_steps`,
+    at most `max_steps`). What GRPO needs is groups where some rollouts earn the task's reward and some do not: the
+    choice to call gives that spread, but a model that calls and then guesses the result guesses the same way in
+    every rollout of a group, and GRPO hardly moves it. Copying is learnt in a sudden jump whose step depends on the
+    seed, and how often the model samples a call swings from step to step, so neither a fixed length nor a
+    teacher-forced copying check finds that point. `steps` runs exactly that many."""
     from transformers import TrainerCallback
 
     from . import run as demo_run
@@ -104,7 +116,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
                                                   steps, "target_solved_share")
     rows = task.warm_start_rows(tokenizer, questions, stop.call_share, seed)
     probe = questions[: stop.probe_questions]
-    shares = []
+    probes = []  # (solved share, copied share) per probe
 
     class StopWhenSolving(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -113,12 +125,15 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
                 transcripts = task.sample_transcripts(model, tokenizer, training_args, probe, stop.probe_rollouts, seed,
                                                       toolbox, max_turns)
                 model.train()
-                shares.append(task.solved_share(task.rates(transcripts, probe, stop.probe_rollouts, toolbox)[2]))
-                control.should_training_stop = shares[-1] >= stop.target_solved_share
+                verdicts = task.rates(transcripts, probe, stop.probe_rollouts, toolbox)[2]
+                probes.append((task.solved_share(verdicts), task.copied_share(verdicts)))
+                solved, copied = probes[-1]
+                control.should_training_stop = solved >= stop.target_solved_share and copied >= stop.target_copied_share
 
     trainer = demo_run.run_sft(model, tokenizer, sft_args, rows, StopWhenSolving())
-    return AgentWarmStart(trainer.state.global_step, stop.call_share, shares[-1] if shares else None,
-                          stop.target_solved_share)
+    solved, copied = probes[-1] if probes else (None, None)
+    return AgentWarmStart(trainer.state.global_step, stop.call_share, solved, stop.target_solved_share, copied,
+                          stop.target_copied_share)
 
 
 def write_rows(path: Path, questions) -> Path:
@@ -282,7 +297,7 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     summary = write_summary(
         output_dir / SUMMARY_FILE, progress.records, before, after, held_out_questions=len(held_out),
         eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, warm_start_solved_share=warm.solved_share,
-        call_share=warm.call_share,
+        warm_start_copied_share=warm.copied_share, call_share=warm.call_share,
         reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
     )
     verdict = agent_verdict(summary, spread.shortfall(training_args.num_generations), warm.steps,

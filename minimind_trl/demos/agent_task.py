@@ -211,3 +211,9 @@ def solved_share(verdicts: list[Verdict]) -> float:
     """Share of transcripts that made a valid call and state its result (`judge`): what the agent reward pays most
     (3.0, against 0.5 for an answer without a call, right or wrong, or a call whose result is not stated)."""
     return sum(v.valid_call and v.correct for v in verdicts) / len(verdicts)
+
+
+def copied_share(verdicts: list[Verdict]) -> float:
+    """Share of the transcripts with a valid call that state its result (0.0 when none called)."""
+    called = [v for v in verdicts if v.valid_call]
+    return sum(v.correct for v in called) / len(called) if called else 0.0

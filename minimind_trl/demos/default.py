@@ -166,7 +166,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"SFT steps before GRPO (default: until {round(100 * warm['target_layout_share'])}%% of sampled completions have "
         f"the exact layout, at least {warm['min_steps']} and at most {warm['max_steps']}, as "
         f"recipes/demo/warm_start.yaml says; with --agent until {round(100 * agent_warm['target_solved_share'])}%% of "
-        f"the probe's sampled rollouts call the tool and state its result, at least {agent_warm['min_steps']} and at "
+        f"the probe's sampled rollouts call the tool and state its result and "
+        f"{round(100 * agent_warm['target_copied_share'])}%% of those that call do, at least {agent_warm['min_steps']} and at "
         f"most {agent_warm['max_steps']}, as recipes/demo/agent_warm_start.yaml says; 0 skips)",
     )
     parser.add_argument(

@@ -66,6 +66,7 @@ def test_summary_matches_the_report_and_the_metrics(agent_run):
     assert summary["curve"]["reward"] == [record["reward"] for record in records]
     assert summary["held_out_completions"] == summary["held_out_questions"] * summary["eval_samples"]
     assert summary["warm_start_steps"] == 3 and summary["warm_start_solved_share"] is None  # steps given: no probe
+    assert summary["warm_start_copied_share"] is None
     for label, kind in (("valid tool call", "valid_call_rate"), ("correct answer", "correct_answer_rate")):
         shown = re.search(rf"{label}: +(\d+)% before GRPO -> (\d+)% after", printed)
         assert shown is not None, printed
@@ -150,31 +151,43 @@ def test_grpo_without_spread_in_its_groups_is_stopped_and_the_demo_fails(tmp_pat
     assert "a longer warm start (--warm_start_steps, more than 2) or another --seed" in err
 
 
-def test_the_warm_start_line_says_whether_the_target_or_the_cap_stopped_it():
-    reached = demo_agent.AgentWarmStart(575, 0.4, 0.19, 0.15).why_it_stopped()
-    capped = demo_agent.AgentWarmStart(1200, 0.4, 0.06, 0.15).why_it_stopped()
-    assert ", until 19% of its sampled rollouts called calculate_math and stated its result (target 15%)" == reached
-    assert "its cap" in capped and "only 6%" in capped and "until" not in capped
-    assert demo_agent.AgentWarmStart(3, 0.4, None, 0.15).why_it_stopped() == ""
+def test_the_warm_start_line_says_whether_the_targets_or_the_cap_stopped_it():
+    reached = demo_agent.AgentWarmStart(575, 0.5, 0.19, 0.15, 0.86, 0.8).why_it_stopped()
+    capped = demo_agent.AgentWarmStart(1200, 0.5, 0.31, 0.15, 0.38, 0.8).why_it_stopped()
+    assert (", until 19% of its sampled rollouts called calculate_math and stated its result, 86% of those that "
+            "called (targets 15% and 80%)") == reached
+    assert "its cap" in capped and "31%" in capped and "38% of those that called" in capped and "until" not in capped
+    assert demo_agent.AgentWarmStart(3, 0.5, None, 0.15).why_it_stopped() == ""
 
 
-def test_the_warm_start_stops_at_the_first_probe_whose_samples_solve_the_target_share(tmp_path, monkeypatch):
+def test_copied_share_counts_only_the_rollouts_that_called():
+    verdicts = [task.Verdict(True, True)] * 3 + [task.Verdict(True, False)] + [task.Verdict(False, True)] * 4
+    assert (task.solved_share(verdicts), task.copied_share(verdicts)) == (3 / 8, 3 / 4)
+    assert task.copied_share([task.Verdict(False, True)]) == 0.0
+
+
+def test_the_warm_start_stops_at_the_first_probe_that_meets_both_targets(tmp_path, monkeypatch):
     """The stop rule reads rollouts sampled as GRPO samples them (not teacher-forced transcripts): probes from
-    `min_steps` every `probe_every` steps, and the first share of solved rollouts >= the target ends the SFT."""
+    `min_steps` every `probe_every` steps, and the first whose solved share and copied share both reach their
+    targets ends the SFT (solved enough but copied too little, or copied well but solved too little, go on)."""
     import yaml
 
     from minimind_trl.cli.recipe import parse_recipe, resolve_recipe
     from minimind_trl.demos.model import build_model
 
     recipe = yaml.safe_load(open(resolve_recipe(demo_agent.AGENT_WARM_START_RECIPE)))
-    shares = iter([0.0, recipe["target_solved_share"] / 2, recipe["target_solved_share"], 1.0])
+    solved_target, copied_target = recipe["target_solved_share"], recipe["target_copied_share"]
+    probes = iter([(0.0, 0.0), (solved_target, copied_target / 2), (solved_target / 2, 1.0),
+                   (solved_target, copied_target), (1.0, 1.0)])
     sampled = []
 
     def scripted(model, tokenizer, training_args, questions, samples, seed, toolbox, max_turns):
         sampled.append((len(questions), samples, training_args.temperature, training_args.top_p))
         count = len(questions) * samples
-        solved = math.ceil(next(shares) * count)
-        return [task.Verdict(True, index < solved) for index in range(count)]
+        solved_share, copied_share = next(probes)
+        solved = math.ceil(solved_share * count)
+        called = math.floor(solved / copied_share) if copied_share else count // 2  # copied: solved / called
+        return [task.Verdict(index < called, index < solved) for index in range(count)]
 
     monkeypatch.setattr(task, "sample_transcripts", scripted)
     monkeypatch.setattr(task, "rates", lambda transcripts, questions, samples, toolbox: (0, 0, transcripts))
@@ -191,10 +204,11 @@ def test_the_warm_start_stops_at_the_first_probe_whose_samples_solve_the_target_
                                                                  "dataset_name": "unused"})  # fmt: skip
     warm = demo_agent.warm_start(model, tokenizer, questions, 0, None, str(tmp_path / "sft"), grpo_args, None, 3)
     count = recipe["probe_questions"] * recipe["probe_rollouts"]
-    solved = math.ceil(recipe["target_solved_share"] * count) / count
-    assert (warm.steps, warm.solved_share, warm.reached()) == (8, solved, True)
+    solved = math.ceil(solved_target * count)
+    assert (warm.steps, warm.solved_share, warm.reached()) == (10, solved / count, True)
+    assert warm.copied_share == solved / math.floor(solved / copied_target) >= copied_target
     probe = (recipe["probe_questions"], recipe["probe_rollouts"], grpo_args.temperature, grpo_args.top_p)
-    assert sampled == [probe] * 3
+    assert sampled == [probe] * 4
 
 
 # --------------------------------------------------------------------------- the task
@@ -274,7 +288,8 @@ def test_help_gives_the_agent_modes_own_defaults(capsys):
     grpo, warm = (yaml.safe_load(open(resolve_recipe(f"demo/{name}.yaml"))) for name in ("agent", "agent_warm_start"))
     assert f"with --agent {grpo['max_steps']}, recipes/demo/agent.yaml's" in text
     assert (f"with --agent until {round(100 * warm['target_solved_share'])}% of the probe's sampled rollouts call the "
-            f"tool and state its result, at least {warm['min_steps']} and at most {warm['max_steps']}") in text
+            f"tool and state its result and {round(100 * warm['target_copied_share'])}% of those that call do, at "
+            f"least {warm['min_steps']} and at most {warm['max_steps']}") in text
 
 
 @pytest.mark.slow(minutes=2)
@@ -294,6 +309,8 @@ def test_the_agent_demo_learns_to_call_the_tool(tmp_path):
     summary = json.loads((output_dir / "summary.json").read_text())
     target = yaml.safe_load(open(resolve_recipe(demo_agent.AGENT_WARM_START_RECIPE)))["target_solved_share"]
     assert summary["warm_start_solved_share"] >= target, summary["warm_start_solved_share"]
+    copied_target = yaml.safe_load(open(resolve_recipe(demo_agent.AGENT_WARM_START_RECIPE)))["target_copied_share"]
+    assert summary["warm_start_copied_share"] >= copied_target, summary["warm_start_copied_share"]
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 40 and records[0]["frac_reward_zero_std"] < 1.0
     assert summary["valid_call_rate_after"] >= summary["valid_call_rate_before"], summary
