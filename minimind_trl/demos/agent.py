@@ -7,8 +7,9 @@ state its result, with the package's agent RL (MiniMind-3's `train_agent.py` ins
    other tool tags added tokens, as in MiniMind-3's; the system turn's fixed text one token) and a fresh 2-layer
    MiniMind-3 (`agent_task`);
 2. a brief SFT warm start with TRL's `SFTTrainer` (`recipes/demo/agent_warm_start.yaml`): the transcript layout,
-   with only some questions answered through the tool, until the model copies the operands into the call and the
-   result into the answer; it then calls now and then, and its direct answers are mostly wrong;
+   each question answered once through the tool and once directly, until the model copies the operands into the
+   call and the result into the answer; it then calls on about half its rollouts, and its direct answers are mostly
+   wrong;
 3. GRPO with `recipes/demo/agent.yaml` through `minimind_trl.grpo` (`parse_recipe` -> `build_trainer` -> `run`):
    `MiniMindGRPOTrainer` with the `AgentRollout` (`rollout: agent`, the real `calculate_math`), upstream's agent
    reward without a reward model (`agent_rule_reward`: a valid call +0.5, the result stated +2.5, an answer
@@ -50,9 +51,6 @@ CURVE_KEYS = ("step", "reward", f"{REWARD_NAME}/tool_call_fraction", f"{REWARD_N
 class AgentWarmStartArguments:
     """The keys of `recipes/demo/agent_warm_start.yaml` beyond TRL's `SFTConfig`."""
 
-    call_share: float = field(
-        default=0.5, metadata={"help": "Share of the SFT transcripts that answer through the tool (the rest directly)."}
-    )
     target_solved_share: float = field(
         default=0.15,
         metadata={"help": "Stop once this share of the probe's rollouts, sampled as GRPO samples them, call the tool "
@@ -74,7 +72,6 @@ class AgentWarmStart:
     """What the warm start did, for the demo's output."""
 
     steps: int
-    call_share: float
     solved_share: float | None  # at the last probe; None when no probe ran
     target: float
     copied_share: float | None = None  # at the last probe: of the rollouts with a valid call, those stating its result
@@ -114,7 +111,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
 
     sft_args, stop = demo_run.warm_start_settings(AGENT_WARM_START_RECIPE, AgentWarmStartArguments, scratch_dir, seed,
                                                   steps, "target_solved_share")
-    rows = task.warm_start_rows(tokenizer, questions, stop.call_share, seed)
+    rows = task.warm_start_rows(tokenizer, questions)
     probe = questions[: stop.probe_questions]
     probes = []  # (solved share, copied share) per probe
 
@@ -132,8 +129,7 @@ def warm_start(model, tokenizer, questions, seed: int, steps: int | None, scratc
 
     trainer = demo_run.run_sft(model, tokenizer, sft_args, rows, StopWhenSolving())
     solved, copied = probes[-1] if probes else (None, None)
-    return AgentWarmStart(trainer.state.global_step, stop.call_share, solved, stop.target_solved_share, copied,
-                          stop.target_copied_share)
+    return AgentWarmStart(trainer.state.global_step, solved, stop.target_solved_share, copied, stop.target_copied_share)
 
 
 def write_rows(path: Path, questions) -> Path:
@@ -270,8 +266,8 @@ def run_agent_demo(args: argparse.Namespace) -> int:
                       max_turns)
     shutil.rmtree(sft_dir, ignore_errors=True)
     print(
-        f"Warm start: {warm.steps} SFT steps (TRL SFTTrainer) on transcripts of which {warm.call_share:.0%} call the "
-        f"tool{warm.why_it_stopped()} ({time.time() - started:.0f}s so far)."
+        f"Warm start: {warm.steps} SFT steps (TRL SFTTrainer) on transcripts answering each question both through the "
+        f"tool and directly{warm.why_it_stopped()} ({time.time() - started:.0f}s so far)."
     )
     warm_model = demo_run.saved_and_read_back(model, tokenizer, output_dir / WARM_START_DIR)
     del model
@@ -291,13 +287,13 @@ def run_agent_demo(args: argparse.Namespace) -> int:
     final_dir = interrupted or output_dir
 
     title = (f"minimind-trl demo --agent: GRPO on a {params / 1e6:.2f}M-parameter MiniMind-3 on CPU (seed "
-             f"{args.seed})\nafter a {warm.steps}-step SFT warm start ({warm.call_share:.0%} of it calling the tool)")
+             f"{args.seed})\nafter a {warm.steps}-step SFT warm start (each question both with and without the tool)")
     plot, after_model = demo_run.curve_and_saved_model(progress, output_dir, final_dir, title)
     after = judged(after_model, tokenizer, training_args, held_out, args.seed, toolbox, max_turns)
     summary = write_summary(
         output_dir / SUMMARY_FILE, progress.records, before, after, held_out_questions=len(held_out),
         eval_samples=EVAL_SAMPLES, seed=args.seed, warm_start_steps=warm.steps, warm_start_solved_share=warm.solved_share,
-        warm_start_copied_share=warm.copied_share, call_share=warm.call_share,
+        warm_start_copied_share=warm.copied_share,
         reward_funcs=list(script_args.reward_funcs), seconds=round(time.time() - started, 1),
     )
     verdict = agent_verdict(summary, spread.shortfall(training_args.num_generations), warm.steps,

@@ -115,28 +115,27 @@ def system_text(tokenizer) -> str:
     return rendered[start : rendered.index(tokenizer.eos_token, start)]
 
 
-def warm_start_rows(tokenizer, questions: list[Question], call_share: float, seed: int) -> list[dict]:
-    """TRL SFT rows (`input_ids`, `completion_mask`): a share `call_share` of the questions answered through the
-    tool (call, the tool's observation, untrained, then the answer stating its result), the others answered
-    directly with the right result. Both are what a correct assistant says; GRPO has to find out which pays."""
+def warm_start_rows(tokenizer, questions: list[Question]) -> list[dict]:
+    """TRL SFT rows (`input_ids`, `completion_mask`), two per question: one answered through the tool (call, the
+    tool's observation, untrained, then the answer stating its result), one answered directly with the right
+    result. Both are what a correct assistant says; GRPO has to find out which pays. Each question both ways, so
+    the model learns calling as a choice it makes anew on every rollout: with one way per question it learnt which
+    questions it calls on, and GRPO's groups, which repeat one question, then had no spread."""
     from ..agent.rollout import observation_ids, render_ids
 
-    rng = random.Random(seed)
     rows = []
     for question in questions:
         prompt = render_ids(tokenizer, question.messages(), tools=TOOLS, template_kwargs={})
         answer = tokenizer(question.answer_text(question.result), add_special_tokens=False)["input_ids"]
         answer.append(tokenizer.eos_token_id)
-        ids, mask = list(prompt), [0] * len(prompt)
-        if rng.random() < call_share:
-            call = tokenizer(question.call_text(), add_special_tokens=False)["input_ids"]
-            observation = observation_ids(tokenizer, [json.dumps({"result": str(question.result)})],
-                                          template_kwargs={}, generation_prompt=True)
-            ids += call + observation  # the observation's first token is the call turn's EOS: trained
-            mask += [1] * len(call) + [1] + [0] * (len(observation) - 1)
-        ids += answer
-        mask += [1] * len(answer)
-        rows.append({"input_ids": ids, "completion_mask": mask})
+        call = tokenizer(question.call_text(), add_special_tokens=False)["input_ids"]
+        observation = observation_ids(tokenizer, [json.dumps({"result": str(question.result)})], template_kwargs={},
+                                      generation_prompt=True)
+        # the observation's first token is the call turn's EOS: trained
+        called = call + observation + answer
+        called_mask = [1] * len(call) + [1] + [0] * (len(observation) - 1) + [1] * len(answer)
+        for completion, mask in ((called, called_mask), (answer, [1] * len(answer))):
+            rows.append({"input_ids": list(prompt) + completion, "completion_mask": [0] * len(prompt) + mask})
     return rows
 
 

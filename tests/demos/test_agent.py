@@ -152,12 +152,29 @@ def test_grpo_without_spread_in_its_groups_is_stopped_and_the_demo_fails(tmp_pat
 
 
 def test_the_warm_start_line_says_whether_the_targets_or_the_cap_stopped_it():
-    reached = demo_agent.AgentWarmStart(575, 0.5, 0.19, 0.15, 0.86, 0.8).why_it_stopped()
-    capped = demo_agent.AgentWarmStart(1200, 0.5, 0.31, 0.15, 0.38, 0.8).why_it_stopped()
+    reached = demo_agent.AgentWarmStart(575, 0.19, 0.15, 0.86, 0.8).why_it_stopped()
+    capped = demo_agent.AgentWarmStart(1200, 0.31, 0.15, 0.38, 0.8).why_it_stopped()
     assert (", until 19% of its sampled rollouts called calculate_math and stated its result, 86% of those that "
             "called (targets 15% and 80%)") == reached
     assert "its cap" in capped and "31%" in capped and "38% of those that called" in capped and "until" not in capped
-    assert demo_agent.AgentWarmStart(3, 0.5, None, 0.15).why_it_stopped() == ""
+    assert demo_agent.AgentWarmStart(3, None, 0.15).why_it_stopped() == ""
+
+
+def test_the_warm_start_answers_every_question_both_through_the_tool_and_directly():
+    """Each question twice, once calling and once not, with the same prompt: calling is then a choice the model
+    makes per rollout, so a GRPO group (6 rollouts of one question) can hold both."""
+    questions = task.make_questions(0, 40)
+    tokenizer = task.build_agent_tokenizer(questions)
+    rows = task.warm_start_rows(tokenizer, questions)
+    call_open = tokenizer.convert_tokens_to_ids("<tool_call>")
+    assert len(rows) == 2 * len(questions)
+    for question, (called, direct) in zip(questions, zip(rows[::2], rows[1::2]), strict=True):
+        prompt = called["completion_mask"].index(1)
+        assert called["input_ids"][:prompt] == direct["input_ids"][:prompt] and direct["completion_mask"].index(1) == prompt
+        assert call_open in called["input_ids"][prompt:] and call_open not in direct["input_ids"]
+        answer = tokenizer(question.answer_text(question.result), add_special_tokens=False)["input_ids"]
+        assert direct["input_ids"][prompt:] == answer + [tokenizer.eos_token_id]
+        assert called["input_ids"][-len(answer) - 1 :] == answer + [tokenizer.eos_token_id]
 
 
 def test_copied_share_counts_only_the_rollouts_that_called():
@@ -254,7 +271,7 @@ def test_the_curves_title_lies_inside_the_figure(tmp_path, monkeypatch):
     monkeypatch.setattr(plt, "close", figures.append)
     records = [{"step": i, "reward": 0.1 * i, "agent_rule_reward/gt_match": 0.0} for i in range(1, 30)]
     title = ("minimind-trl demo --agent: GRPO on a 0.53M-parameter MiniMind-3 on CPU (seed 42)\n"
-             "after a 1200-step SFT warm start (40% of it calling the tool)")
+             "after a 1200-step SFT warm start (each question both with and without the tool)")
     assert plot_reward_curve(records, tmp_path / "curve.png", title) is not None
     (figure,) = figures
     box, frame = figure.axes[0].title.get_window_extent(figure.canvas.get_renderer()), figure.bbox
