@@ -32,7 +32,7 @@ from vllm_support import _vllm_installed  # noqa: F401  (the fixture skips or fa
 
 pytestmark = pytest.mark.vllm
 
-GRPO_STEPS = 40  # seed 42: held-out valid calls 24 % -> 100 %, correct 18 % -> 77 %; the warm start is most of it
+GRPO_STEPS = 40  # the calls reach 1.0 within ~25 steps (docs/demo.md: seed 42 at 150, correct 37 % -> 77 %)
 QUESTION = "计算 37+48"
 READY_TIMEOUT_S = 600
 BIN = Path(sys.executable).parent
