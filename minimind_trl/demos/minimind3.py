@@ -30,18 +30,15 @@ PAIRS_SYSTEM_RATIO = 0.5
 # scores high for English questions too (MiniMind-3's term, seeing only the short answer, is easy to game; the seed
 # demo's pairs mix as often, `reward_model.MIXED_RATIO`, against its policy's "水是water。").
 PAIRS_MIXED_RATIO = 0.3
-# Share of the chosen answers, and independently of the rejected ones, as long as a whole completion (6-24 pieces,
-# a few words repeated, as a collapsed tiny policy writes them): once the policy stops closing its thought,
-# MiniMind-3's term scores all of its completion, far longer than the pairs' 1-4 pieces, and a reward model trained
-# without them scored such filler ("TheThe capitalThe of of of ...") above the clip for Chinese questions too: on
-# seed 4 every answer became English filler (answers in the question's language 43 % -> 59 %). Half of an English
-# question's long rejected answers are English filler with a Chinese piece or two in it (the chosen one's filler
-# when both are long): without them, seed 1 (on AVX2 kernels) answered English questions with filler in which the
-# warm start's Chinese thought words lingered ("16得 + opposite of of is"), scored +3.7 for English questions. The
-# two lengths are drawn apart because a pair only orders its own two answers: with long pairs only, long filler with
-# a Chinese word in it still scored above a right short answer, and seed 13 learned to answer English questions
-# that way ("渥太华 + x x x ...", answers in the question's language +0.09).
-PAIRS_LONG_RATIO = 0.45
+# Share of the pairs whose two answers are as long as a whole completion (6-24 pieces, a few words repeated, as a
+# collapsed tiny policy writes them): once the policy stops closing its thought, MiniMind-3's term scores all of
+# its completion, far longer than the pairs' 1-4 pieces, and a reward model trained without them scored such
+# filler ("TheThe capitalThe of of of ...") above the clip for Chinese questions too: on seed 4 every answer became
+# English filler (answers in the question's language 43 % -> 59 %). Half of an English question's long pairs reject
+# the same English filler with a Chinese piece or two in it: without them, seed 1 (on AVX2 kernels) answered English
+# questions with filler in which the warm start's Chinese thought words lingered ("16得 + opposite of of is"), scored
+# +3.7 for English questions (answers in the question's language +0.29).
+PAIRS_LONG_RATIO = 0.3
 # Share of the pairs whose two answers are padded with runs of newlines and stray tags, and share whose rejected
 # answer is nothing but such a run: a policy that pads its completions (MiniMind-3's `length` term pays from 20
 # characters, and the demo's 32-token completions never reach upstream's 800-character limit) puts newlines and
@@ -153,8 +150,8 @@ def sprinkled(rng: random.Random, text: str, pieces: list[str]) -> str:
 def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int) -> list[tuple]:
     """`count` (question, chosen answer, rejected answer, system prompt or None) tuples: the answers of the seed's
     pairs (`answer_pair`), without the think part MiniMind-3's term never shows the reward model, for English
-    questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`), answers as long as a whole
-    completion, chosen and rejected apart (`PAIRS_LONG_RATIO`), among them English filler with Chinese in it,
+    questions also rejected answers that mix in Chinese (`PAIRS_MIXED_RATIO`), and pairs of answers as long as a
+    whole completion (`PAIRS_LONG_RATIO`), among them English filler against the same filler with Chinese in it,
     answers padded with newlines and tags (`PAIRS_PADDED_RATIO`) and rejected answers that are only padding
     (`PAIRS_TAGS_ONLY_RATIO`)."""
     rng = random.Random(seed)
@@ -164,15 +161,11 @@ def make_pairs(questions: list[str], fragments: Fragments, count: int, seed: int
         chosen, rejected = answer_pair(rng, question, fragments)
         if not CJK.search(question) and rng.random() < PAIRS_MIXED_RATIO:
             rejected = mixed_answer(rng, fragments)
-        own, words = ("zh" if CJK.search(question) else "en"), rng.randint(6, 24)
-        long_chosen, long_rejected = rng.random() < PAIRS_LONG_RATIO, rng.random() < PAIRS_LONG_RATIO
-        if long_chosen:
-            chosen = fragments.filler(rng, own, words)
-        if long_rejected:
-            rejected = fragments.filler(rng, OTHER[own], words)
+        if rng.random() < PAIRS_LONG_RATIO:
+            own, words = ("zh" if CJK.search(question) else "en"), rng.randint(6, 24)
+            chosen, rejected = fragments.filler(rng, own, words), fragments.filler(rng, OTHER[own], words)
             if own == "en" and rng.random() < 0.5:
-                own_filler = chosen if long_chosen else fragments.filler(rng, own, words)
-                rejected = sprinkled(rng, own_filler, fragments.chinese)
+                rejected = sprinkled(rng, chosen, fragments.chinese)
         if rng.random() < PAIRS_PADDED_RATIO:
             chosen, rejected = padded(rng, chosen), padded(rng, rejected)
         if rng.random() < PAIRS_TAGS_ONLY_RATIO:
